@@ -1,0 +1,37 @@
+"""hf_vanilla: the original Transformer (Vaswani et al. 2017) as a transformers model family.
+
+Importing the package registers the config and models with `AutoConfig`, `AutoModel` and
+`AutoModelForSeq2SeqLM`, and marks them for `save_pretrained` to write `auto_map` plus the remote-code files, so a
+saved folder also loads with `trust_remote_code=True` where hf_vanilla is not installed.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_vanilla import VanillaTransformerConfig
+from .modeling_vanilla import (
+    VanillaDecoder,
+    VanillaEncoder,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+    VanillaTransformerPreTrainedModel,
+)
+
+
+__version__ = "0.1.0"
+
+AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
+AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
+
+VanillaTransformerConfig.register_for_auto_class()
+VanillaTransformerModel.register_for_auto_class("AutoModel")
+VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "VanillaDecoder",
+    "VanillaEncoder",
+    "VanillaTransformerConfig",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]

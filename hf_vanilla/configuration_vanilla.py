@@ -1,0 +1,159 @@
+# Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
+"""Configuration of the original Transformer (Vaswani et al. 2017, "Attention Is All You Need")."""
+
+from transformers import PreTrainedConfig
+
+
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+ACTIVATION_FUNCTIONS = ("relu", "gelu", "swish", "silu", "gelu_new")
+
+_POSITIVE_INT_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
+_PROBABILITY_FIELDS = ("dropout", "attention_dropout", "activation_dropout")
+_SPECIAL_TOKEN_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "unk_token_id")
+
+
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
+
+    Every field is a symbol of the paper and defaults to Transformer-base (§3, Table 3). The variant fields
+    (`normalize_before`, `position_embedding_type`, `sinusoid_layout`, `activation_function`,
+    `add_final_logits_bias`, the two sharing switches) default to the paper and exist so that one class can host
+    checkpoints from MarianMT / OPUS-MT and fairseq.
+
+    Args:
+        vocab_size: size of the (joint) source vocabulary, and of the target vocabulary unless
+            `decoder_vocab_size` is set.
+        decoder_vocab_size: size of the target vocabulary; `None` means the same as `vocab_size`. Must equal
+            `vocab_size` when `share_encoder_decoder_embeddings` is on.
+        d_model: width of every sub-layer output (d_model in the paper).
+        encoder_layers / decoder_layers: N, the number of identical layers per stack.
+        encoder_attention_heads / decoder_attention_heads: h; d_head = d_model / h.
+        encoder_ffn_dim / decoder_ffn_dim: d_ff, the inner width of the position-wise feed-forward network.
+        dropout: P_drop, applied to each sub-layer output before the residual add and to the embedding sums.
+        attention_dropout: dropout on the attention probabilities (0 in the paper).
+        activation_dropout: dropout after the FFN activation (0 in the paper).
+        activation_function: FFN non-linearity, one of `ACTIVATION_FUNCTIONS` (`relu` in the paper).
+        scale_embedding: multiply token embeddings by sqrt(d_model) (§3.4).
+        share_encoder_decoder_embeddings: one embedding matrix for source and target tokens (§3.4).
+        tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (§3.4).
+        max_position_embeddings: the longest sequence a `learned` position table covers. Sinusoids are computed
+            for any length, so for them this only sizes the precomputed table, which grows on demand.
+        layer_norm_eps: epsilon of every LayerNorm (PyTorch's default; the paper gives none).
+        init_std: standard deviation of the token-embedding init; `None` means d_model**-0.5.
+        normalize_before: pre-LN residual blocks `x + Dropout(Sublayer(LN(x)))` plus a final LayerNorm per stack
+            (the paper is post-LN: `LN(x + Dropout(Sublayer(x)))`).
+        position_embedding_type: `sinusoidal` (§3.5) or `learned`.
+        sinusoid_layout: `interleaved` (paper: sin on even, cos on odd features) or `concatenated`
+            (Marian/fairseq: all sines, then all cosines).
+        add_final_logits_bias: add a (non-trained) bias buffer to the logits, as MarianMT checkpoints carry.
+    """
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    decoder_vocab_size: int | None = None
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    activation_function: str = "relu"
+    scale_embedding: bool = True
+    share_encoder_decoder_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 1024
+    layer_norm_eps: float = 1e-5
+    init_std: float | None = None
+    normalize_before: bool = False
+    position_embedding_type: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
+    add_final_logits_bias: bool = False
+    is_encoder_decoder: bool = True
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    unk_token_id: int | None = 3
+    decoder_start_token_id: int | None = 1
+
+    def __post_init__(self, **kwargs):
+        if self.decoder_vocab_size is None:
+            self.decoder_vocab_size = self.vocab_size
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise `ValueError` naming the offending field and the allowed values. Also run by `save_pretrained`."""
+        for name in _POSITIVE_INT_FIELDS + ("decoder_vocab_size",):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in _PROBABILITY_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            raise ValueError(f"`layer_norm_eps` must be a positive number, got {self.layer_norm_eps!r}.")
+        if self.init_std is not None and (not isinstance(self.init_std, (int, float)) or self.init_std <= 0):
+            raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
+        for stack in ("encoder", "decoder"):
+            heads = getattr(self, f"{stack}_attention_heads")
+            if self.d_model % heads != 0:
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must be divisible by `{stack}_attention_heads` ({heads}) so that "
+                    f"every head gets d_model / h features; pick a head count that divides {self.d_model}."
+                )
+        self._validate_choice("position_embedding_type", POSITION_EMBEDDING_TYPES)
+        self._validate_choice("sinusoid_layout", SINUSOID_LAYOUTS)
+        self._validate_choice("activation_function", ACTIVATION_FUNCTIONS)
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"`share_encoder_decoder_embeddings=True` needs one vocabulary, but `vocab_size` is "
+                f"{self.vocab_size} and `decoder_vocab_size` is {self.decoder_vocab_size}; set "
+                "`share_encoder_decoder_embeddings=False` or make the sizes equal."
+            )
+        self._validate_special_tokens()
+
+    def _validate_choice(self, name: str, allowed: tuple[str, ...]) -> None:
+        value = getattr(self, name)
+        if value not in allowed:
+            raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+
+    def _validate_special_tokens(self) -> None:
+        # Source-side ids (pad, unk, eos) index the encoder vocabulary; every id the decoder reads or emits must
+        # fit the decoder vocabulary, which is the smaller bound only when the vocabularies differ.
+        limit = min(self.vocab_size, self.decoder_vocab_size)
+        for name in _SPECIAL_TOKEN_FIELDS:
+            value = getattr(self, name, None)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+                raise ValueError(
+                    f"`{name}` must be None or an id in [0, {limit - 1}] (the vocabulary), got {value!r}."
+                )
+
+
+__all__ = ["VanillaTransformerConfig"]

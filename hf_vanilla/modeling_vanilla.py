@@ -1,0 +1,710 @@
+# Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
+"""The original Transformer (Vaswani et al. 2017, arXiv:1706.03762) as a transformers model.
+
+Read top to bottom, the file follows the paper: positional encodings (§3.5), scaled dot-product and multi-head
+attention (§3.2), the position-wise feed-forward network (§3.3), encoder and decoder layers with residual dropout
+(§3.1, §5.4), the two stacks with scaled embeddings (§3.4), and the model heads.
+
+This file is copied next to the weights for `trust_remote_code=True`, so it imports only torch, transformers and
+`.configuration_vanilla`.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla import VanillaTransformerConfig
+
+
+logger = logging.get_logger(__name__)
+
+# What `save_pretrained` writes into `config.auto_map`, so a saved folder loads through all three Auto classes with
+# `trust_remote_code=True` (transformers itself records only the auto class of the object being saved).
+REMOTE_CODE_AUTO_MAP = {
+    "AutoConfig": "configuration_vanilla.VanillaTransformerConfig",
+    "AutoModel": "modeling_vanilla.VanillaTransformerModel",
+    "AutoModelForSeq2SeqLM": "modeling_vanilla.VanillaTransformerForConditionalGeneration",
+}
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher-forcing decoder inputs: `[start, y_1, ..., y_{n-1}]` from labels `[y_1, ..., y_n]` (-100 -> pad)."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError("`config.pad_token_id` and `config.decoder_start_token_id` must be set to shift labels.")
+    shifted = labels.new_empty(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Fail early and clearly on ids an embedding cannot look up, instead of a cryptic index error."""
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}; cast with `.long()`.")
+    if input_ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}.")
+    if input_ids.numel() == 0:
+        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}); pass at least one token per row.")
+    if is_torchdynamo_compiling():
+        return
+    low, high = input_ids.min().item(), input_ids.max().item()
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"`{name}` holds ids in [{low}, {high}], but the vocabulary is [0, {vocab_size - 1}]; the tokenizer "
+            "and the model disagree (check `len(tokenizer)` against `config.vocab_size`)."
+        )
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, input_shape: torch.Size, name: str) -> None:
+    """A 2D padding mask must line up with the ids it masks; 4D masks are the caller's business."""
+    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape != input_shape:
+        raise ValueError(
+            f"`{name}` has shape {tuple(attention_mask.shape)} but the sequence it masks has shape "
+            f"{tuple(input_shape)}; they must be equal."
+        )
+
+
+# §3.5 Positional Encoding
+
+
+def sinusoidal_position_table(num_positions: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), computed in float64.
+
+    `interleaved` places sin and cos in alternate features as the paper writes it; `concatenated` puts all sines
+    first and all cosines after them, as Marian and fairseq do. Same frequencies, different feature order.
+    """
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    even_features = torch.arange(0, dim, 2, dtype=torch.float64)
+    angles = positions / torch.pow(10000.0, even_features / dim)  # [num_positions, ceil(dim/2)]
+    sines, cosines = torch.sin(angles), torch.cos(angles[:, : dim // 2])
+    if layout == "concatenated":
+        return torch.cat([sines, cosines], dim=-1)
+    table = torch.empty(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
+    return table
+
+
+class VanillaSinusoidalPositionalEmbedding(nn.Module):
+    """Fixed sinusoids (§3.5). The table is a non-persistent buffer: never saved, rebuilt by `_init_weights`."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.layout = config.sinusoid_layout
+        table = sinusoidal_position_table(config.max_position_embeddings, config.d_model, self.layout)
+        self.register_buffer("weight", table.to(torch.get_default_dtype()), persistent=False)
+
+    def create_weight(self) -> torch.Tensor:
+        num_positions, dim = self.weight.shape
+        return sinusoidal_position_table(num_positions, dim, self.layout)
+
+    def forward(self, past_length: int, seq_length: int) -> torch.Tensor:
+        """Encodings of positions `past_length ... past_length + seq_length - 1`, shape [seq_length, d_model]."""
+        end = past_length + seq_length
+        if end <= self.weight.shape[0]:
+            return self.weight[past_length:end]
+        # Longer than the precomputed table: sinusoids extrapolate, so compute them rather than cut the input.
+        table = sinusoidal_position_table(end, self.weight.shape[1], self.layout)
+        return table[past_length:end].to(device=self.weight.device, dtype=self.weight.dtype)
+
+
+class VanillaLearnedPositionalEmbedding(nn.Embedding):
+    """Learned absolute positions (the paper's Table 3 row (E) alternative), limited to `max_position_embeddings`."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config.max_position_embeddings, config.d_model)
+
+    def forward(self, past_length: int, seq_length: int) -> torch.Tensor:
+        end = past_length + seq_length
+        if end > self.num_embeddings:
+            raise ValueError(
+                f"Sequence needs positions up to {end - 1}, but learned position embeddings cover only "
+                f"{self.num_embeddings} (`config.max_position_embeddings`); shorten or split the input."
+            )
+        return self.weight[past_length:end]
+
+
+POSITIONAL_EMBEDDINGS = {
+    "sinusoidal": VanillaSinusoidalPositionalEmbedding,
+    "learned": VanillaLearnedPositionalEmbedding,
+}
+
+
+# §3.2 Attention
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """§3.2.1 Scaled Dot-Product Attention: softmax(QKᵀ / sqrt(d_head) + mask) V.
+
+    query [B, H, Tq, d_head], key/value [B, H, Tk, d_head], mask additive [B, 1, Tq, Tk] with finite minimums.
+    Scores and softmax run in at least float32: in float16, "finite minimum + a negative score" overflows to -inf,
+    and a fully masked row would then turn into NaN.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3))
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1).to(value.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # [B, Tq, H, d_head]
+    return output, weights
+
+
+class VanillaAttention(nn.Module):
+    """§3.2.2 Multi-Head Attention: h heads of d_head = d_model / h, concatenated and projected by W_O."""
+
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        num_heads: int,
+        is_causal: bool = False,
+        is_cross_attention: bool = False,
+        layer_idx: int | None = None,
+    ):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5  # 1/sqrt(d_head), not 1/sqrt(d_model)
+        self.dropout = config.attention_dropout
+        # SDPA falls back to `module.is_causal` when the mask is skipped, so every module states it explicitly.
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        """[B, T, d_model] -> [B, H, T, d_head]"""
+        return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _project_key_value(
+        self, key_value_states: torch.Tensor, past_key_values: Cache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.is_cross_attention:
+            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            # The encoder output is fixed for a whole generation: project it once, then reuse it every step.
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                return cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        else:
+            cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        key = self._split_heads(self.k_proj(key_value_states))
+        value = self._split_heads(self.v_proj(key_value_states))
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+            if self.is_cross_attention:
+                past_key_values.is_updated[self.layer_idx] = True
+        return key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states [B, Tq, d_model] attends over key_value_states [B, Tk, d_model] (itself if None)."""
+        query = self._split_heads(self.q_proj(hidden_states))
+        key_value_states = key_value_states if self.is_cross_attention else hidden_states
+        key, value = self._project_key_value(key_value_states, past_key_values)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()  # concat heads
+        return self.out_proj(attn_output), attn_weights
+
+
+# §3.3 Position-wise Feed-Forward Networks
+
+
+class VanillaFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (activation configurable)."""
+
+    def __init__(self, config: VanillaTransformerConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+# §3.1 Encoder and Decoder Stacks, with §5.4 Residual Dropout
+
+
+class VanillaResidualLayer(GradientCheckpointingLayer):
+    """Shared wiring of encoder and decoder layers: each sub-layer sits in a residual block with a LayerNorm."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.dropout = config.dropout
+        self.normalize_before = config.normalize_before
+
+    def residual_block(
+        self,
+        hidden_states: torch.Tensor,
+        layer_norm: nn.LayerNorm,
+        sublayer: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """Post-LN (paper): LN(x + Dropout(Sublayer(x))). Pre-LN: x + Dropout(Sublayer(LN(x)))."""
+        sublayer_input = layer_norm(hidden_states) if self.normalize_before else hidden_states
+        output = sublayer(sublayer_input)
+        hidden_states = hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
+        return hidden_states if self.normalize_before else layer_norm(hidden_states)
+
+
+class VanillaEncoderLayer(VanillaResidualLayer):
+    """Encoder layer: self-attention, then the feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__(config)
+        self.self_attn = VanillaAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VanillaFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        hidden_states = self.residual_block(
+            hidden_states,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0],
+        )
+        return self.residual_block(hidden_states, self.final_layer_norm, self.feed_forward)
+
+
+class VanillaDecoderLayer(VanillaResidualLayer):
+    """Decoder layer: masked self-attention, attention over the encoder output, then the feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__(config)
+        heads = config.decoder_attention_heads
+        self.self_attn = VanillaAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VanillaAttention(config, heads, is_cross_attention=True, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VanillaFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        hidden_states = self.residual_block(
+            hidden_states,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0],
+        )
+        hidden_states = self.residual_block(
+            hidden_states,
+            self.encoder_attn_layer_norm,
+            lambda x: self.encoder_attn(
+                x,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )[0],
+        )
+        return self.residual_block(hidden_states, self.final_layer_norm, self.feed_forward)
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    """Weight init, tying and the library switches shared by every hf_vanilla model."""
+
+    config_class = VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaEncoderLayer", "VanillaDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    def save_pretrained(self, save_directory: str, *args, **kwargs) -> None:
+        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **REMOTE_CODE_AUTO_MAP}
+        super().save_pretrained(save_directory, *args, **kwargs)
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # transformers gates every tie on `config.tie_word_embeddings`; ours are two independent switches
+        # (share source/target embeddings, tie the output projection), so each class lists exactly the ties its
+        # config asks for in `_tied_weights_keys`, built in `__init__`.
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys or {})
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform for every projection; N(0, d_model^-0.5) for embeddings (and an untied output layer)."""
+        embedding_std = self.config.init_std or self.config.d_model**-0.5
+        output_layer = getattr(self, "lm_head", None)
+        if isinstance(module, nn.Linear) and module is not output_layer:
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VanillaSinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.create_weight())
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=embedding_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, VanillaTransformerForConditionalGeneration):
+            if not self.config.tie_word_embeddings:
+                init.normal_(module.lm_head.weight, mean=0.0, std=embedding_std)
+            if module.final_logits_bias is not None:
+                init.zeros_(module.final_logits_bias)
+
+
+class VanillaStack(VanillaTransformerPreTrainedModel):
+    """What both stacks share: token embeddings scaled by sqrt(d_model) (§3.4) plus positions (§3.5), dropped out."""
+
+    def __init__(self, config: VanillaTransformerConfig, vocab_size: int):
+        super().__init__(config)
+        self.vocab_size = vocab_size
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = POSITIONAL_EMBEDDINGS[config.position_embedding_type](config)
+        # Pre-LN leaves the last residual sum un-normalised, so each stack ends with its own LayerNorm.
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
+        self.gradient_checkpointing = False
+
+    def embed(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_length: int, name: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (unscaled token embeddings [B, T, d], dropout(scaled embeddings + positions) [B, T, d])."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
+        if inputs_embeds is None:
+            check_token_ids(input_ids, self.vocab_size, name)
+            inputs_embeds = self.embed_tokens(input_ids)
+        # Scaling after the branch keeps `inputs_embeds=get_input_embeddings()(ids)` identical to `input_ids=ids`.
+        positions = self.embed_positions(past_length, inputs_embeds.shape[1])
+        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
+        return inputs_embeds, nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+    def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(hidden_states) if self.layer_norm is not None else hidden_states
+
+
+class VanillaEncoder(VanillaStack):
+    """§3.1 Encoder: N layers of self-attention and feed-forward over the embedded source."""
+
+    _can_record_outputs = {"hidden_states": VanillaEncoderLayer, "attentions": VanillaAttention}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, config.vocab_size)
+        self.layers = nn.ModuleList([VanillaEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        """input_ids [B, S] (1 = token, 0 = padding in attention_mask [B, S]) -> last_hidden_state [B, S, d]."""
+        inputs_embeds, hidden_states = self.embed(input_ids, inputs_embeds, past_length=0, name="input_ids")
+        check_attention_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
+
+
+class VanillaDecoder(VanillaStack):
+    """§3.1 Decoder: N layers of masked self-attention, encoder-decoder attention and feed-forward."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaDecoderLayer,
+        "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, config.decoder_vocab_size)
+        self.layers = nn.ModuleList([VanillaDecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """input_ids [B, T] attend causally to themselves and to encoder_hidden_states [B, S, d]."""
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder attends over the source: pass `encoder_hidden_states` [batch, src_len, d].")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        inputs_embeds, hidden_states = self.embed(
+            input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
+        )
+        check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, so gradient checkpointing sees it
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=self.final_norm(hidden_states), past_key_values=past_key_values
+        )
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """The bare encoder-decoder, returning the decoder's last hidden states."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.encoder = VanillaEncoder(config)
+        self.decoder = VanillaDecoder(config)
+        self._tied_weights_keys = (
+            {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+            if config.share_encoder_decoder_embeddings
+            else {}
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+        if self.config.share_encoder_decoder_embeddings:
+            self.decoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`): source token ids.
+        attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`): 1 for tokens, 0 for padding.
+        decoder_input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, starting with
+            `config.decoder_start_token_id`. With `past_key_values`, only the new ones.
+        decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past + target_length)`): target padding.
+        encoder_outputs: precomputed encoder output (as `generate` passes it), skipping the encoder.
+        """
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The encoder-decoder with the pre-softmax linear projection to target-vocabulary logits (§3.4)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        # A buffer, as in MarianMT: converted checkpoints carry it, training leaves it alone.
+        bias = torch.zeros(1, config.decoder_vocab_size) if config.add_final_logits_bias else None
+        self.register_buffer("final_logits_bias", bias)
+        tied_to = "model.encoder" if config.share_encoder_decoder_embeddings else "model.decoder"
+        self._tied_weights_keys = (
+            {"lm_head.weight": f"{tied_to}.embed_tokens.weight"} if config.tie_word_embeddings else {}
+        )
+        self.post_init()
+        self.generation_config.num_beams = 4  # §6.1: beam size 4 and length penalty 0.6
+        self.generation_config.length_penalty = 0.6
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by `DataCollatorForSeq2Seq(model=...)` to build teacher-forcing inputs."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. Without
+            `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy,
+            summed and divided by `num_items_in_batch` when the Trainer passes it (exact under gradient
+            accumulation), else averaged over the valid tokens.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias.to(logits.dtype)
+
+        loss = None
+        if labels is not None:
+            # Labels are already aligned with the logits (the decoder inputs were shifted), hence `shift_labels`.
+            loss = self.loss_function(
+                logits=logits, labels=None, shift_labels=labels, vocab_size=self.config.decoder_vocab_size, **kwargs
+            )
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "VanillaDecoder",
+    "VanillaEncoder",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]

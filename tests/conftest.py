@@ -1,0 +1,51 @@
+"""Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
+
+import pytest
+import torch
+
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+
+PAD, BOS, EOS = 0, 1, 2
+
+TEST_CONFIG = dict(
+    vocab_size=61,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    dropout=0.1,
+    max_position_embeddings=128,
+)
+
+
+def make_config(**overrides) -> VanillaTransformerConfig:
+    return VanillaTransformerConfig(**{**TEST_CONFIG, **overrides})
+
+
+def make_model(seed: int = 0, attn_implementation: str = "eager", **overrides):
+    """A randomly initialised tiny model in eval mode (dropout off)."""
+    torch.manual_seed(seed)
+    config = make_config(**overrides)
+    config._attn_implementation = attn_implementation
+    return VanillaTransformerForConditionalGeneration(config).eval()
+
+
+def padded_batch(rows: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into (input_ids, attention_mask)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+@pytest.fixture
+def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three sources of different lengths, each ending in EOS, right-padded."""
+    return padded_batch([[5, 9, 14, 22, 7, 31, EOS], [40, 12, EOS], [18, 3, 27, 55, EOS]])

@@ -1,0 +1,100 @@
+"""The config: paper defaults, presets, serialisation and the ValueErrors that guard it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_vanilla import VanillaTransformerConfig
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_defaults_are_transformer_base():
+    config = VanillaTransformerConfig()
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (512, 6, 6)
+    assert (config.encoder_attention_heads, config.decoder_attention_heads) == (8, 8)
+    assert (config.encoder_ffn_dim, config.decoder_ffn_dim) == (2048, 2048)
+    assert config.dropout == 0.1 and config.attention_dropout == 0.0 and config.activation_dropout == 0.0
+    assert config.activation_function == "relu" and config.scale_embedding
+    assert config.share_encoder_decoder_embeddings and config.tie_word_embeddings
+    assert not config.normalize_before and not config.add_final_logits_bias
+    assert (config.position_embedding_type, config.sinusoid_layout) == ("sinusoidal", "interleaved")
+    assert config.decoder_vocab_size == config.vocab_size
+    assert config.hidden_size == 512 and config.num_attention_heads == 8 and config.num_hidden_layers == 6
+
+
+@pytest.mark.parametrize(
+    "preset, expected",
+    [
+        ("base", (512, 6, 8, 2048, 0.1)),
+        ("big", (1024, 6, 16, 4096, 0.3)),
+        ("tiny", (128, 4, 4, 256, 0.3)),
+    ],
+)
+def test_presets(preset, expected):
+    config = VanillaTransformerConfig.from_json_file(CONFIGS / f"{preset}.json")
+    got = (config.d_model, config.encoder_layers, config.encoder_attention_heads, config.encoder_ffn_dim)
+    assert got + (config.dropout,) == expected
+    assert (config.decoder_layers, config.decoder_attention_heads, config.decoder_ffn_dim) == expected[1:4]
+
+
+def test_round_trip(tmp_path):
+    config = VanillaTransformerConfig(
+        vocab_size=100, normalize_before=True, position_embedding_type="learned", sinusoid_layout="concatenated"
+    )
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "vanilla_transformer"
+    reloaded = VanillaTransformerConfig.from_pretrained(tmp_path)
+    assert reloaded.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(d_model=30), "d_model"),
+        (dict(decoder_attention_heads=5), "decoder_attention_heads"),
+        (dict(d_model=0), "d_model"),
+        (dict(encoder_layers=-1), "encoder_layers"),
+        (dict(decoder_ffn_dim=0), "decoder_ffn_dim"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(max_position_embeddings=0), "max_position_embeddings"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(attention_dropout=-0.1), "attention_dropout"),
+        (dict(activation_dropout=1.5), "activation_dropout"),
+        (dict(activation_function="tanh-ish"), "activation_function"),
+        (dict(position_embedding_type="rotary"), "position_embedding_type"),
+        (dict(sinusoid_layout="shuffled"), "sinusoid_layout"),
+        (dict(vocab_size=10, pad_token_id=10), "pad_token_id"),
+        (dict(vocab_size=10, eos_token_id=-1), "eos_token_id"),
+        (dict(vocab_size=10, decoder_start_token_id=12), "decoder_start_token_id"),
+        (dict(vocab_size=10, decoder_vocab_size=8), "share_encoder_decoder_embeddings"),
+        (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+    ],
+)
+def test_invalid_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        VanillaTransformerConfig(**overrides)
+
+
+def test_allowed_values_are_listed():
+    with pytest.raises(ValueError, match=r"\['sinusoidal', 'learned'\]"):
+        VanillaTransformerConfig(position_embedding_type="rope")
+
+
+def test_separate_vocabularies_validate_against_the_smaller():
+    config = VanillaTransformerConfig(vocab_size=100, decoder_vocab_size=50, share_encoder_decoder_embeddings=False)
+    assert config.decoder_vocab_size == 50
+    with pytest.raises(ValueError, match="eos_token_id"):
+        VanillaTransformerConfig(
+            vocab_size=100, decoder_vocab_size=50, share_encoder_decoder_embeddings=False, eos_token_id=60
+        )
+
+
+def test_save_validates_a_config_edited_after_construction(tmp_path):
+    config = VanillaTransformerConfig()
+    config.dropout = 2.0
+    with pytest.raises(ValueError, match="dropout"):
+        config.save_pretrained(tmp_path)
