@@ -427,7 +427,6 @@ class VanillaStack(VanillaTransformerPreTrainedModel):
         self.embed_positions = POSITIONAL_EMBEDDINGS[config.position_embedding_type](config)
         # Pre-LN leaves the last residual sum un-normalised, so each stack ends with its own LayerNorm.
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
-        self.gradient_checkpointing = False
 
     def embed(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_length: int, name: str

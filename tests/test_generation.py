@@ -1,0 +1,125 @@
+"""The KV cache changes speed, never results: cached == uncached, static == dynamic, steps == one forward."""
+
+import pytest
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+from .conftest import BOS, EOS, PAD, make_model, padded_batch
+
+
+GREEDY = dict(num_beams=1, do_sample=False)
+BEAM = dict(num_beams=4, num_return_sequences=2, do_sample=False, length_penalty=0.6)
+SAMPLE = dict(num_beams=1, do_sample=True, top_k=0, temperature=1.3)
+
+
+def generate(model, inputs, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return model.generate(**inputs, max_new_tokens=12, **kwargs)
+
+
+@pytest.fixture(scope="module", params=["eager", "sdpa"])
+def model(request):
+    # init_std 1.0 makes the random model's distributions peaked and varied, so outputs are not one token repeated.
+    return make_model(seed=3, attn_implementation=request.param, init_std=1.0)
+
+
+@pytest.fixture
+def inputs(source_batch):
+    input_ids, attention_mask = source_batch
+    return dict(input_ids=input_ids, attention_mask=attention_mask)
+
+
+@pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])
+def test_cached_equals_uncached(model, inputs, mode):
+    cached = generate(model, inputs, use_cache=True, **mode)
+    uncached = generate(model, inputs, use_cache=False, **mode)
+    assert cached.shape[0] == inputs["input_ids"].shape[0] * mode.get("num_return_sequences", 1)
+    assert torch.equal(cached, uncached)
+
+
+def test_outputs_are_not_degenerate(model, inputs):
+    # Guards the invariants above against passing trivially on a constant output.
+    tokens = generate(model, inputs, **GREEDY)
+    assert len(set(tokens[:, 1:].flatten().tolist())) > 3
+
+
+@pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam4_nbest2"])
+def test_static_cache_equals_dynamic(model, inputs, mode):
+    dynamic = generate(model, inputs, **mode)
+    static = generate(model, inputs, cache_implementation="static", **mode)
+    assert torch.equal(dynamic, static)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_step_by_step_equals_one_forward(attn_implementation, source_batch):
+    # The paper's init keeps logits O(1), so 1e-5 is float32 rounding, not a loose tolerance.
+    model = make_model(seed=3, attn_implementation=attn_implementation)
+    input_ids, attention_mask = source_batch
+    decoder_input_ids = torch.tensor([[BOS, 7, 8, 9, 10, 11], [BOS, 12, 13, 14, 15, 16], [BOS, 3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        steps = []
+        for t in range(decoder_input_ids.shape[1]):
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids[:, t : t + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert cache.get_seq_length() == decoder_input_ids.shape[1]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("mode", [GREEDY, dict(num_beams=4, do_sample=False)], ids=["greedy", "beam4"])
+def test_padded_batch_equals_one_by_one(model, inputs, mode):
+    batch = generate(model, inputs, **mode)
+    for row, (ids, mask) in enumerate(zip(inputs["input_ids"], inputs["attention_mask"], strict=True)):
+        single = generate(model, dict(input_ids=ids[mask.bool()][None]), **mode)[0]
+        batched = batch[row, : single.shape[0]]
+        assert torch.equal(batched, single)
+        assert (batch[row, single.shape[0] :] == PAD).all()
+
+
+def test_padded_source_tokens_change_nothing(model, source_batch):
+    input_ids, attention_mask = source_batch
+    scrambled = input_ids.masked_fill(attention_mask == 0, 44)
+    decoder_input_ids = torch.tensor([[BOS, 7, 8]] * 3)
+    with torch.no_grad():
+        a = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        b = model(input_ids=scrambled, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    assert torch.equal(a, b)
+
+
+def test_future_target_tokens_do_not_change_earlier_logits(model, source_batch):
+    input_ids, attention_mask = source_batch
+    target = torch.tensor([[BOS, 7, 8, 9, 10, 11, 12, 13]] * 3)
+    t = 3
+    changed = target.clone()
+    changed[:, t + 1 :] = torch.tensor([50, 51, 52, 53])
+    with torch.no_grad():
+        a = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
+        b = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=changed).logits
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1])
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])  # the change is visible where it should be
+
+
+def test_generation_defaults_follow_the_paper():
+    model = make_model()
+    assert model.generation_config.num_beams == 4
+    assert model.generation_config.length_penalty == 0.6
+    assert model.generation_config.decoder_start_token_id == BOS
+    assert model.generation_config.eos_token_id == EOS
+
+
+def test_final_logits_bias_is_added_and_generation_stops_at_eos():
+    model = make_model(seed=1, add_final_logits_bias=True)
+    with torch.no_grad():
+        model.final_logits_bias[0, EOS] = 100.0  # EOS always wins
+    input_ids, attention_mask = padded_batch([[5, 6, EOS]])
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10, **GREEDY)
+    assert out.tolist() == [[BOS, EOS]]

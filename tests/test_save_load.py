@@ -1,0 +1,187 @@
+"""Save/load is identity; ties survive it; the saved folder loads as remote code where hf_vanilla cannot."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from hf_vanilla import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+
+from .conftest import BOS, make_model, padded_batch
+
+
+def logits_of(model, source_batch):
+    input_ids, attention_mask = source_batch
+    decoder_input_ids = torch.tensor([[BOS, 4, 5, 6]] * input_ids.shape[0])
+    with torch.no_grad():
+        return model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+
+
+def embeddings(model):
+    return model.model.encoder.embed_tokens.weight, model.model.decoder.embed_tokens.weight, model.lm_head.weight
+
+
+@pytest.mark.parametrize(
+    "share, tie",
+    [(True, True), (True, False), (False, True), (False, False)],
+    ids=["share+tie", "share-only", "tie-only", "neither"],
+)
+def test_round_trip_is_identity_and_keeps_ties(tmp_path, source_batch, share, tie):
+    model = make_model(share_encoder_decoder_embeddings=share, tie_word_embeddings=tie)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not list(tmp_path.glob("*.bin"))
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager").eval()
+
+    assert torch.equal(logits_of(model, source_batch), logits_of(reloaded, source_batch))
+    for m in (model, reloaded):
+        encoder, decoder, output = embeddings(m)
+        assert (encoder is decoder) == share
+        assert (output is (encoder if share else decoder)) == tie
+    # Tied copies are stored once; independent ones are all stored.
+    stored = load_file(tmp_path / "model.safetensors")
+    embedding_keys = {k for k in stored if "embed_tokens" in k or k.startswith("lm_head")}
+    assert len(embedding_keys) == 3 - share - tie
+
+
+def test_ties_hold_during_training_updates():
+    model = make_model(share_encoder_decoder_embeddings=True, tie_word_embeddings=True).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    input_ids, attention_mask = padded_batch([[5, 6, 7, 2]])
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=torch.tensor([[8, 9, 2]])).loss.backward()
+    optimizer.step()
+    encoder, decoder, output = embeddings(model)
+    assert encoder.data_ptr() == decoder.data_ptr() == output.data_ptr()
+
+
+def test_sinusoid_table_is_not_stored_but_rebuilt(tmp_path, source_batch):
+    model = make_model()
+    model.save_pretrained(tmp_path)
+    assert not any("embed_positions" in key for key in load_file(tmp_path / "model.safetensors"))
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert torch.equal(reloaded.model.encoder.embed_positions.weight, model.model.encoder.embed_positions.weight)
+
+
+def test_learned_positions_and_final_bias_are_stored(tmp_path, source_batch):
+    model = make_model(position_embedding_type="learned", add_final_logits_bias=True, normalize_before=True)
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    model.save_pretrained(tmp_path)
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert torch.equal(logits_of(model, source_batch), logits_of(reloaded, source_batch))
+
+
+def test_auto_classes_in_process(tmp_path, source_batch):
+    model = make_model()
+    model.save_pretrained(tmp_path)
+    assert type(AutoConfig.from_pretrained(tmp_path)).__name__ == "VanillaTransformerConfig"
+    assert isinstance(AutoModel.from_pretrained(tmp_path), VanillaTransformerModel)
+    lm = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert isinstance(lm, VanillaTransformerForConditionalGeneration)
+    assert torch.equal(logits_of(model, source_batch), logits_of(lm, source_batch))
+
+
+def test_saved_folder_is_a_remote_code_folder(tmp_path):
+    make_model().save_pretrained(tmp_path)
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"config.json", "model.safetensors", "configuration_vanilla.py", "modeling_vanilla.py"} <= files
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": "configuration_vanilla.VanillaTransformerConfig",
+        "AutoModel": "modeling_vanilla.VanillaTransformerModel",
+        "AutoModelForSeq2SeqLM": "modeling_vanilla.VanillaTransformerForConditionalGeneration",
+    }
+
+
+REMOTE_LOADER = textwrap.dedent(
+    """
+    import sys
+    sys.modules["hf_vanilla"] = None  # as if the package were not installed: `import hf_vanilla` raises
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+    folder, out = sys.argv[1], sys.argv[2]
+    try:
+        import hf_vanilla  # noqa: F401
+        raise SystemExit("hf_vanilla is importable; the test would prove nothing")
+    except ImportError:
+        pass
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    base = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="eager").eval()
+    lm = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True, attn_implementation="eager").eval()
+    for obj in (config, base, lm):
+        assert type(obj).__module__.startswith("transformers_modules"), type(obj).__module__
+    inputs = torch.load(folder + "/inputs.pt", weights_only=True)
+    with torch.no_grad():
+        logits = lm(**inputs).logits
+        hidden = base(**inputs).last_hidden_state
+        generated = lm.generate(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], max_new_tokens=6
+        )
+    save_file({"logits": logits, "hidden": hidden, "generated": generated.contiguous()}, out)
+    print(type(config).__name__, type(base).__name__, type(lm).__name__)
+    """
+)
+
+
+def test_remote_code_loads_in_a_fresh_process_without_hf_vanilla(tmp_path, source_batch):
+    folder = tmp_path / "model"
+    model = make_model(seed=5)
+    model.save_pretrained(folder)
+    input_ids, attention_mask = source_batch
+    inputs = dict(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.tensor([[BOS, 4, 5, 6]] * 3)
+    )
+    torch.save(inputs, folder / "inputs.pt")
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),  # a fresh modules cache
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": "",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOADER, str(folder), str(tmp_path / "out.safetensors")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "VanillaTransformerConfig VanillaTransformerModel VanillaTransformerForConditionalGeneration" in (
+        result.stdout
+    )
+    remote = load_file(tmp_path / "out.safetensors")
+    with torch.no_grad():
+        assert torch.equal(remote["logits"], model(**inputs).logits)
+        assert torch.equal(remote["hidden"], model.model(**inputs).last_hidden_state)
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6)
+    assert torch.equal(remote["generated"], expected)
+
+
+def test_remote_code_files_import_only_torch_transformers_and_each_other():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "hf_vanilla"
+    for name in ("configuration_vanilla.py", "modeling_vanilla.py"):
+        tree = ast.parse((package / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    assert node.module in {"configuration_vanilla", "modeling_vanilla"}, (name, node.module)
+                    continue
+                assert node.level == 0, (name, "only single-dot relative imports survive the flat copy")
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            assert roots <= {"math", "collections", "torch", "transformers"}, (name, roots)

@@ -1,0 +1,95 @@
+"""Gradients and loss: checkpointing changes memory not gradients, the loss is exact under accumulation, it learns."""
+
+import torch
+from torch import nn
+
+from hf_vanilla.modeling_vanilla import shift_tokens_right
+
+from .conftest import BOS, EOS, PAD, make_model, padded_batch
+
+
+def labelled_batch():
+    input_ids, attention_mask = padded_batch([[5, 6, 7, 8, EOS], [9, 10, EOS], [11, 12, 13, EOS]])
+    labels, _ = padded_batch([[20, 21, 22, EOS], [23, EOS], [24, 25, 26, 27, EOS]], pad=-100)
+    return input_ids, attention_mask, labels
+
+
+def test_shift_tokens_right_hand_example():
+    labels = torch.tensor([[7, 8, EOS, -100], [9, EOS, -100, -100]])
+    assert shift_tokens_right(labels, PAD, BOS).tolist() == [[BOS, 7, 8, EOS], [BOS, 9, EOS, PAD]]
+    model = make_model()
+    assert torch.equal(model.prepare_decoder_input_ids_from_labels(labels), shift_tokens_right(labels, PAD, BOS))
+
+
+def test_loss_is_token_mean_cross_entropy():
+    model = make_model()
+    input_ids, attention_mask, labels = labelled_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    expected = nn.functional.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert torch.allclose(out.loss, expected, atol=1e-6)
+
+
+def test_loss_is_exact_under_gradient_accumulation():
+    # The Trainer passes num_items_in_batch = valid target tokens of the whole accumulated batch; the sum of the
+    # micro-batch losses must then equal the loss of the full batch, whatever the micro-batches' token counts.
+    model = make_model()
+    input_ids, attention_mask, labels = labelled_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    num_items = (labels != -100).sum()
+    parts = [
+        model(
+            input_ids=input_ids[rows],
+            attention_mask=attention_mask[rows],
+            labels=labels[rows],
+            num_items_in_batch=num_items,
+        ).loss
+        for rows in (slice(0, 1), slice(1, 3))
+    ]
+    assert torch.allclose(sum(parts), full, atol=1e-6)
+    naive_mean = (
+        sum(
+            model(input_ids=input_ids[r], attention_mask=attention_mask[r], labels=labels[r]).loss
+            for r in (slice(0, 1), slice(1, 3))
+        )
+        / 2
+    )
+    assert not torch.allclose(naive_mean, full, atol=1e-4)  # the pitfall the invariant guards against
+
+
+def gradients(model, batch):
+    input_ids, attention_mask, labels = batch
+    model.zero_grad()
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    model = make_model(dropout=0.0).train()
+    batch = labelled_batch()
+    plain = gradients(model, batch)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    layers = [*model.model.encoder.layers, *model.model.decoder.layers]
+    assert all(layer.gradient_checkpointing for layer in layers)
+    checkpointed = gradients(model, batch)
+    assert plain.keys() == checkpointed.keys() and len(plain) > 10
+    for name in plain:
+        assert torch.allclose(plain[name], checkpointed[name], atol=1e-6), name
+
+
+def test_tiny_model_learns_to_copy():
+    torch.manual_seed(0)
+    model = make_model(vocab_size=16, dropout=0.0, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        body = torch.randint(4, 16, (32, 6), generator=generator)
+        sequence = torch.cat([body, torch.full((32, 1), EOS)], dim=1)
+        loss = model(input_ids=sequence, attention_mask=torch.ones_like(sequence), labels=sequence).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+    model.eval()
+    test = torch.tensor([[4, 9, 15, 7, 7, 12, EOS]])
+    out = model.generate(input_ids=test, max_new_tokens=10, num_beams=1, do_sample=False)
+    assert out[0, 1:].tolist() == test[0].tolist()
