@@ -418,15 +418,17 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 class VanillaStack(VanillaTransformerPreTrainedModel):
     """What both stacks share: token embeddings scaled by sqrt(d_model) (§3.4) plus positions (§3.5), dropped out."""
 
-    def __init__(self, config: VanillaTransformerConfig, vocab_size: int):
+    def __init__(self, config: VanillaTransformerConfig, vocab_size: int, layer_class: type, num_layers: int):
         super().__init__(config)
         self.vocab_size = vocab_size
         self.dropout = config.dropout
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = POSITIONAL_EMBEDDINGS[config.position_embedding_type](config)
+        self.layers = nn.ModuleList([layer_class(config, layer_idx) for layer_idx in range(num_layers)])
         # Pre-LN leaves the last residual sum un-normalised, so each stack ends with its own LayerNorm.
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
+        self.post_init()
 
     def embed(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_length: int, name: str
@@ -452,9 +454,7 @@ class VanillaEncoder(VanillaStack):
     _can_record_outputs = {"hidden_states": VanillaEncoderLayer, "attentions": VanillaAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, config.vocab_size)
-        self.layers = nn.ModuleList([VanillaEncoderLayer(config, i) for i in range(config.encoder_layers)])
-        self.post_init()
+        super().__init__(config, config.vocab_size, VanillaEncoderLayer, config.encoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -486,9 +486,7 @@ class VanillaDecoder(VanillaStack):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, config.decoder_vocab_size)
-        self.layers = nn.ModuleList([VanillaDecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.post_init()
+        super().__init__(config, config.decoder_vocab_size, VanillaDecoderLayer, config.decoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
