@@ -1,11 +1,13 @@
 """hf_vanilla: the original Transformer (Vaswani et al. 2017) as a transformers model family.
 
 Importing the package registers the config and models with `AutoConfig`, `AutoModel` and
-`AutoModelForSeq2SeqLM`, and marks them for `save_pretrained` to write `auto_map` plus the remote-code files, so a
-saved folder also loads with `trust_remote_code=True` where hf_vanilla is not installed.
+`AutoModelForSeq2SeqLM`, and the translation pipeline with `pipeline()`. It also marks the classes for
+`save_pretrained` to write `auto_map` plus the remote-code files, so a saved folder also loads with
+`trust_remote_code=True` where hf_vanilla is not installed.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 from .configuration_vanilla import VanillaTransformerConfig
 from .modeling_vanilla import (
@@ -15,6 +17,7 @@ from .modeling_vanilla import (
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
+from .pipeline_vanilla import VanillaTranslationPipeline
 
 
 __version__ = "0.1.0"
@@ -27,6 +30,13 @@ VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+# transformers 5 removed "translation" (it raises KeyError before looking at the registry); serve it again.
+REMOVED_TASKS.pop("translation", None)
+if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not VanillaTranslationPipeline:
+    PIPELINE_REGISTRY.register_pipeline(
+        "translation", pipeline_class=VanillaTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
+
 __all__ = [
     "VanillaDecoder",
     "VanillaEncoder",
@@ -34,4 +44,5 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "VanillaTranslationPipeline",
 ]

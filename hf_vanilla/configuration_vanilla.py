@@ -137,6 +137,23 @@ class VanillaTransformerConfig(PreTrainedConfig):
             )
         self._validate_special_tokens()
 
+    @property
+    def custom_pipelines(self) -> dict:
+        """The remote-code pipelines of a published folder, minus the tasks this process already serves.
+
+        A published folder lists `translation` here so `pipeline(..., trust_remote_code=True)` works without
+        hf_vanilla. Where `import hf_vanilla` has registered the task, the entry is hidden from `pipeline()` (which
+        would otherwise demand `trust_remote_code`); it is still saved, since serialisation reads `__dict__`.
+        """
+        from transformers.pipelines import PIPELINE_REGISTRY
+
+        saved = self.__dict__.get("custom_pipelines") or {}
+        return {task: spec for task, spec in saved.items() if task not in PIPELINE_REGISTRY.supported_tasks}
+
+    @custom_pipelines.setter
+    def custom_pipelines(self, value: dict) -> None:
+        self.__dict__["custom_pipelines"] = value
+
     def _validate_choice(self, name: str, allowed: tuple[str, ...]) -> None:
         value = getattr(self, name)
         if value not in allowed:

@@ -1,0 +1,80 @@
+# Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
+"""`pipeline("translation")` for hf_vanilla models.
+
+transformers 5 removed its translation pipeline. This one is copied next to published weights (registered in
+`config.custom_pipelines`), so `pipeline("translation", model=folder, trust_remote_code=True)` works where
+hf_vanilla is not installed; `import hf_vanilla` registers it in-process for model objects and folders.
+It imports only torch and transformers.
+"""
+
+import torch
+from transformers import Pipeline
+
+
+# The paper's decoding budget (§6.1): at most the source length + 50 new tokens, unless the caller sets a length.
+EXTRA_TARGET_TOKENS = 50
+
+_LENGTH_ARGUMENTS = ("max_new_tokens", "max_length")
+
+
+class VanillaTranslationPipeline(Pipeline):
+    """Translate a string or a list of strings: returns `[{"translation_text": ...}]` per input, as users know it.
+
+    Generation options (`num_beams`, `max_new_tokens`, `length_penalty`, `num_return_sequences`, `do_sample`, ...)
+    go to `model.generate`, at construction or per call; the model's `generation_config` supplies the rest.
+    """
+
+    _pipeline_calls_generate = True
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+
+    def _sanitize_parameters(self, clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
+        postprocess_params = {}
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        forward_params = {"generate_kwargs": generate_kwargs} if generate_kwargs else {}
+        return {}, forward_params, postprocess_params
+
+    def __call__(self, inputs: str | list[str], **kwargs) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        """A string gives `[{"translation_text": t}, ...]` (one dict per returned sequence); a list gives one such
+        list per input, flattened to one dict per input when each input has a single translation."""
+        if isinstance(inputs, str):
+            return super().__call__(inputs, **kwargs)
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise ValueError(f"Pass a string or a non-empty list of strings to translate, got {inputs!r}.")
+        results = super().__call__(list(inputs), **kwargs)
+        if all(len(result) == 1 for result in results):
+            return [result[0] for result in results]
+        return results
+
+    def preprocess(self, text: str) -> dict[str, torch.Tensor]:
+        if not isinstance(text, str):
+            raise TypeError(f"The translation pipeline takes strings, got {type(text).__name__}: {text!r}.")
+        if not text.strip():
+            raise ValueError("Cannot translate an empty string; drop empty lines before calling the pipeline.")
+        return self.tokenizer(text, return_tensors="pt")
+
+    def _forward(self, model_inputs: dict[str, torch.Tensor], generate_kwargs: dict | None = None) -> dict:
+        generate_kwargs = dict(generate_kwargs or {})
+        batch_size, source_length = model_inputs["input_ids"].shape
+        if not any(name in generate_kwargs for name in _LENGTH_ARGUMENTS):
+            # generate()'s own default (max_length=20) would silently cut translations.
+            generate_kwargs["max_new_tokens"] = source_length + EXTRA_TARGET_TOKENS
+        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        # [batch * n_best, T] -> [batch, n_best, T], so the pipeline's un-batching keeps each input's n-best together
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs: dict, clean_up_tokenization_spaces: bool = False) -> list[dict[str, str]]:
+        return [
+            {
+                "translation_text": self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+            }
+            for ids in model_outputs["output_ids"][0]
+        ]
+
+
+__all__ = ["VanillaTranslationPipeline"]

@@ -1,0 +1,186 @@
+"""Joint BPE on Multi30k, and `pipeline("translation")` in its three forms on transformers 5."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer, pipeline
+
+from hf_vanilla import VanillaTranslationPipeline
+from hf_vanilla.data import read_lines
+from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
+
+from .conftest import make_model
+
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/data/multi30k is not present")
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer():
+    """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
+    lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
+    return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
+
+
+@needs_multi30k
+@pytest.mark.slow
+def test_multi30k_round_trip_and_unknown_rate(capsys):
+    train = read_lines(MULTI30K / "train.en.gz") + read_lines(MULTI30K / "train.de.gz")
+    tokenizer = train_bpe_tokenizer(train, vocab_size=8000, show_progress=False)
+    assert len(tokenizer) == 8000
+    for language in ("en", "de"):
+        test = read_lines(MULTI30K / f"test2016.{language}.gz")
+        exact = sum(tokenizer.decode(tokenizer(s)["input_ids"], skip_special_tokens=True) == s for s in test)
+        rate = unknown_token_rate(tokenizer, test)
+        with capsys.disabled():
+            print(f"\ntest2016.{language}: round trip {exact}/{len(test)}, unknown-token rate {rate:.4%}")
+        assert exact / len(test) >= 0.999
+        assert rate == 0.0  # byte-level BPE has no unknowns
+
+
+@needs_multi30k
+def test_special_tokens_and_text_target(small_tokenizer, tmp_path):
+    small_tokenizer.save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
+        0,
+        1,
+        2,
+        3,
+    )
+    batch = tokenizer(["Ein Hund läuft."], text_target=["A dog runs."])
+    assert batch["input_ids"][0][-1] == batch["labels"][0][-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(batch["labels"][0], skip_special_tokens=True) == "A dog runs."
+    text = "Zwei  Männer\tstehen — am Strand!"  # double space, TAB, non-ASCII: all survive
+    assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == text
+
+
+@pytest.fixture(scope="module")
+def translator_parts(small_tokenizer):
+    model = make_model(seed=7, vocab_size=len(small_tokenizer), init_std=1.0)
+    return model, small_tokenizer
+
+
+SOURCES = ["A man is walking his dog.", "Two children play.", "A woman in a red dress sings on a stage."]
+
+
+# The random test model never emits EOS, so every comparison fixes the length budget explicitly.
+BUDGET = dict(max_new_tokens=15)
+
+
+def reference_translations(model, tokenizer, **generate_kwargs):
+    """Each source translated alone with model.generate: the truth a batched pipeline must reproduce."""
+    translations = []
+    for text in SOURCES:
+        out = model.generate(**tokenizer(text, return_tensors="pt"), **BUDGET, **generate_kwargs)
+        translations.append(tokenizer.decode(out[0], skip_special_tokens=True))
+    return translations
+
+
+@needs_multi30k
+def test_form_a_model_object(translator_parts):
+    model, tokenizer = translator_parts
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    assert isinstance(translator, VanillaTranslationPipeline)
+    single = translator(SOURCES[0], num_beams=1, **BUDGET)
+    assert isinstance(single, list) and set(single[0]) == {"translation_text"}
+    outputs = translator(SOURCES, batch_size=2, num_beams=1, **BUDGET)
+    assert [o["translation_text"] for o in outputs] == reference_translations(model, tokenizer, num_beams=1)
+    assert single[0]["translation_text"] == outputs[0]["translation_text"]
+    # Paper defaults from the generation config (beam 4, length penalty 0.6), batch == one by one.
+    beams = translator(SOURCES, batch_size=3, **BUDGET)
+    assert [o["translation_text"] for o in beams] == reference_translations(model, tokenizer)
+    capped = translator(SOURCES[0], num_beams=1, max_new_tokens=3)
+    short = model.generate(**tokenizer(SOURCES[0], return_tensors="pt"), num_beams=1, max_new_tokens=3)
+    assert short.shape[1] == 1 + 3
+    assert capped[0]["translation_text"] == tokenizer.decode(short[0], skip_special_tokens=True)
+
+
+@needs_multi30k
+def test_n_best_and_length_penalty(translator_parts):
+    model, tokenizer = translator_parts
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    nbest = translator(SOURCES[:2], num_beams=4, num_return_sequences=3, length_penalty=1.0)
+    assert len(nbest) == 2 and all(len(candidates) == 3 for candidates in nbest)
+
+
+@needs_multi30k
+def test_pipeline_rejects_empty_input(translator_parts):
+    model, tokenizer = translator_parts
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="empty string"):
+        translator("   ")
+    with pytest.raises(ValueError, match="non-empty list"):
+        translator([])
+
+
+@needs_multi30k
+def test_form_b_saved_folder(translator_parts, tmp_path):
+    model, tokenizer = translator_parts
+    VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vanilla.VanillaTranslationPipeline"
+    assert (tmp_path / "pipeline_vanilla.py").exists() and (tmp_path / "tokenizer.json").exists()
+    translator = pipeline("translation", model=str(tmp_path), model_kwargs={"attn_implementation": "eager"})
+    assert isinstance(translator, VanillaTranslationPipeline)
+    outputs = translator(SOURCES, num_beams=1, **BUDGET)
+    assert [o["translation_text"] for o in outputs] == reference_translations(model, tokenizer, num_beams=1)
+
+
+REMOTE_PIPELINE = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["hf_vanilla"] = None  # hf_vanilla cannot be imported here
+    from transformers import pipeline
+    folder, sources = sys.argv[1], json.loads(sys.argv[2])
+    translator = pipeline(
+        "translation", model=folder, trust_remote_code=True, model_kwargs={"attn_implementation": "eager"}
+    )
+    assert type(translator).__module__.startswith("transformers_modules"), type(translator).__module__
+    outputs = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
+    print(json.dumps([o["translation_text"] for o in outputs]))
+    """
+)
+
+
+@needs_multi30k
+def test_form_c_remote_code_in_a_fresh_process(translator_parts, tmp_path):
+    model, tokenizer = translator_parts
+    folder = tmp_path / "model"
+    VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_PIPELINE, str(folder), json.dumps(SOURCES)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert remote == reference_translations(model, tokenizer, num_beams=1)
+
+
+def test_translations_are_not_cut_at_twenty_tokens(translator_parts):
+    model, tokenizer = translator_parts
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    generated = translator.model.generate  # the pipeline sets max_new_tokens = source length + 50
+    calls = []
+
+    def spy(**kwargs):
+        calls.append(kwargs.get("max_new_tokens"))
+        return generated(**kwargs)
+
+    translator.model.generate = spy
+    try:
+        translator(SOURCES[2], num_beams=1)
+    finally:
+        del translator.model.generate
+    assert calls == [len(tokenizer(SOURCES[2])["input_ids"]) + 50]
