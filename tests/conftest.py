@@ -1,12 +1,19 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.data import read_lines
+from hf_vanilla.tokenization import train_bpe_tokenizer
 
 
 PAD, BOS, EOS = 0, 1, 2
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/data/multi30k is not present")
 
 TEST_CONFIG = dict(
     vocab_size=61,
@@ -49,3 +56,12 @@ def padded_batch(rows: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, t
 def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
     """Three sources of different lengths, each ending in EOS, right-padded."""
     return padded_batch([[5, 9, 14, 22, 7, 31, EOS], [40, 12, EOS], [18, 3, 27, 55, EOS]])
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer():
+    """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
+    if not MULTI30K.is_dir():
+        pytest.skip("../shared/data/multi30k is not present")
+    lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
+    return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)

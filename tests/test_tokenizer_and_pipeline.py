@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer, pipeline
@@ -14,18 +13,7 @@ from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla.data import read_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
 
-from .conftest import make_model
-
-
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/data/multi30k is not present")
-
-
-@pytest.fixture(scope="module")
-def small_tokenizer():
-    """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
-    lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
-    return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
+from .conftest import MULTI30K, make_model, needs_multi30k
 
 
 @needs_multi30k
