@@ -1,5 +1,8 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,17 @@ def small_tokenizer():
         pytest.skip("../shared/data/multi30k is not present")
     lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
+
+
+def run_without_hf_vanilla(script: str, args: list[str], workdir: Path) -> str:
+    """Run `script` in a fresh Python where `import hf_vanilla` fails, offline, with an empty modules cache.
+
+    The script must start with `sys.modules["hf_vanilla"] = None`. Returns its stdout; fails the test on error.
+    """
+    assert 'sys.modules["hf_vanilla"] = None' in script
+    env = {**os.environ, "HF_HOME": str(workdir / "hf_home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout

@@ -1,9 +1,6 @@
 """Save/load is identity; ties survive it; the saved folder loads as remote code where hf_vanilla cannot."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from hf_vanilla import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 
-from .conftest import BOS, make_model, padded_batch
+from .conftest import BOS, make_model, padded_batch, run_without_hf_vanilla
 
 
 def logits_of(model, source_batch):
@@ -140,24 +137,8 @@ def test_remote_code_loads_in_a_fresh_process_without_hf_vanilla(tmp_path, sourc
         input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.tensor([[BOS, 4, 5, 6]] * 3)
     )
     torch.save(inputs, folder / "inputs.pt")
-    env = {
-        **os.environ,
-        "HF_HOME": str(tmp_path / "hf_home"),  # a fresh modules cache
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": "",
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOADER, str(folder), str(tmp_path / "out.safetensors")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "VanillaTransformerConfig VanillaTransformerModel VanillaTransformerForConditionalGeneration" in (
-        result.stdout
-    )
+    stdout = run_without_hf_vanilla(REMOTE_LOADER, [str(folder), str(tmp_path / "out.safetensors")], tmp_path)
+    assert "VanillaTransformerConfig VanillaTransformerModel VanillaTransformerForConditionalGeneration" in stdout
     remote = load_file(tmp_path / "out.safetensors")
     with torch.no_grad():
         assert torch.equal(remote["logits"], model(**inputs).logits)

@@ -1,9 +1,6 @@
 """Joint BPE on Multi30k, and `pipeline("translation")` in its three forms on transformers 5."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +10,7 @@ from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla.data import read_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
 
-from .conftest import MULTI30K, make_model, needs_multi30k
+from .conftest import MULTI30K, make_model, needs_multi30k, run_without_hf_vanilla
 
 
 @needs_multi30k
@@ -142,17 +139,8 @@ def test_form_c_remote_code_in_a_fresh_process(translator_parts, tmp_path):
     model, tokenizer = translator_parts
     folder = tmp_path / "model"
     VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_PIPELINE, str(folder), json.dumps(SOURCES)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(folder), json.dumps(SOURCES)], tmp_path)
+    remote = json.loads(stdout.strip().splitlines()[-1])
     assert remote == reference_translations(model, tokenizer, num_beams=1)
 
 
