@@ -1,0 +1,70 @@
+"""Turn a trained model folder (model + tokenizer) into a complete Hub folder and optionally upload it.
+
+    python scripts/publish.py runs/model hub/en-de --bleu 38.1 --chrf 63.0 \
+        --signature "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0" --repo-id me/vanilla-en-de
+    python scripts/publish.py runs/model hub/en-de --dry-run
+    python scripts/publish.py runs/model hub/en-de --push-to-hub me/vanilla-en-de
+"""
+
+import argparse
+import sys
+
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
+from hf_vanilla.publishing import (
+    DEFAULT_TEMPLATE,
+    CardInfo,
+    dry_run,
+    load_hyperparameters,
+    push_folder,
+    write_hub_folder,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="folder with the trained model and its tokenizer")
+    parser.add_argument("output", help="the Hub folder to write")
+    parser.add_argument("--repo-id", default=None, help="Hub repository named in the card (default: --push-to-hub)")
+    parser.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this Hub repository")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="list the files that would be written, write nothing")
+    parser.add_argument("--source-language", default="en")
+    parser.add_argument("--target-language", default="de")
+    parser.add_argument("--dataset", action="append", help="Hub dataset id(s) the model was trained on")
+    parser.add_argument("--bleu", type=float)
+    parser.add_argument("--chrf", type=float)
+    parser.add_argument("--signature", help="the sacreBLEU signature of --bleu")
+    parser.add_argument("--test-set", default="Multi30k test2016")
+    parser.add_argument("--hyperparameters", help="JSON file of training hyper-parameters for the card")
+    parser.add_argument("--card-template", default=str(DEFAULT_TEMPLATE))
+    args = parser.parse_args()
+
+    card = CardInfo(
+        repo_id=args.repo_id or args.push_to_hub or CardInfo.repo_id,
+        source_language=args.source_language,
+        target_language=args.target_language,
+        bleu=args.bleu,
+        chrf=args.chrf,
+        signature=args.signature,
+        test_set=args.test_set,
+        hyperparameters=load_hyperparameters(args.hyperparameters),
+        **({"datasets": args.dataset} if args.dataset else {}),
+    )
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if args.dry_run:
+        print("\n".join(dry_run(model, tokenizer, card, template_path=args.card_template)))
+        return
+    files = write_hub_folder(model, tokenizer, args.output, card, template_path=args.card_template)
+    print(f"wrote {len(files)} files to {args.output}: {', '.join(path.name for path in files)}")
+    if args.push_to_hub:
+        try:
+            print(f"uploaded: {push_folder(args.output, args.push_to_hub, private=args.private)}")
+        except RuntimeError as error:
+            sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

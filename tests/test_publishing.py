@@ -1,0 +1,134 @@
+"""A published folder is complete: it loads in a Python without hf_vanilla, and its card's metadata validates."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from huggingface_hub import ModelCard, metadata_load
+
+from hf_vanilla.publishing import CardInfo, dry_run, write_hub_folder
+
+from .conftest import make_model, needs_multi30k, run_without_hf_vanilla
+
+
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+CARD = CardInfo(
+    repo_id="someone/vanilla-en-de",
+    bleu=35.12,
+    chrf=60.3,
+    signature=SIGNATURE,
+    hyperparameters={"learning_rate": 0.005, "warmup_steps": 2000},
+)
+
+
+@pytest.fixture(scope="module")
+def published(small_tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hub")
+    model = make_model(seed=11, vocab_size=len(small_tokenizer), init_std=1.0)
+    model.generation_config.num_beams = 1  # publishing must restore the paper's decoding defaults
+    write_hub_folder(model, small_tokenizer, folder, CARD)
+    return folder, model, small_tokenizer
+
+
+@needs_multi30k
+def test_folder_has_every_file(published):
+    folder, _, _ = published
+    names = {path.name for path in folder.iterdir()}
+    assert names >= {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "configuration_vanilla.py",
+        "modeling_vanilla.py",
+        "pipeline_vanilla.py",
+        "README.md",
+    }
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in names)
+    config = json.loads((folder / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vanilla.VanillaTranslationPipeline"
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"]) == (4, 0.6)
+
+
+@needs_multi30k
+def test_card_metadata_validates(published):
+    folder, _, _ = published
+    metadata = metadata_load(folder / "README.md")
+    assert metadata["language"] == ["en", "de"] and metadata["license"] == "apache-2.0"
+    assert metadata["pipeline_tag"] == "translation" and "bentrevett/multi30k" in metadata["datasets"]
+    card = ModelCard.load(folder / "README.md")  # parses model-index back into EvalResults
+    bleu = next(result for result in card.data.eval_results if result.metric_type == "bleu")
+    assert bleu.metric_value == 35.12 and bleu.metric_config == SIGNATURE and bleu.task_type == "translation"
+    text = card.text
+    for section in ("## Results", "## Use", "## Training", "## Intended use and limitations", "## Citation"):
+        assert section in text
+    assert "| learning_rate | 0.005 |" in text and "someone/vanilla-en-de" in text
+
+
+def test_bleu_without_signature_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="signature"):
+        write_hub_folder(make_model(), _FakeTokenizer(), tmp_path / "out", CardInfo(bleu=30.0))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+class _FakeTokenizer:
+    def __len__(self):
+        return 10
+
+
+REMOTE_HUB_LOAD = """
+import json, sys
+sys.modules["hf_vanilla"] = None
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, pipeline
+folder = sys.argv[1]
+kinds = [type(cls.from_pretrained(folder, trust_remote_code=True)).__name__
+         for cls in (AutoConfig, AutoModel, AutoModelForSeq2SeqLM)]
+translator = pipeline("translation", model=folder, trust_remote_code=True,
+                      model_kwargs={"attn_implementation": "eager"})
+print(json.dumps({"kinds": kinds, "translation": translator("A dog runs.", max_new_tokens=8)[0]["translation_text"]}))
+"""
+
+
+@needs_multi30k
+def test_published_folder_loads_without_hf_vanilla(published, tmp_path):
+    folder, model, tokenizer = published
+    result = json.loads(run_without_hf_vanilla(REMOTE_HUB_LOAD, [str(folder)], tmp_path).strip().splitlines()[-1])
+    assert result["kinds"] == [
+        "VanillaTransformerConfig",
+        "VanillaTransformerModel",
+        "VanillaTransformerForConditionalGeneration",
+    ]
+    expected = model.generate(
+        **tokenizer("A dog runs.", return_tensors="pt"), max_new_tokens=8, num_beams=4, length_penalty=0.6
+    )
+    assert result["translation"] == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+@needs_multi30k
+def test_dry_run_lists_files_and_writes_nothing(published, tmp_path):
+    _, model, tokenizer = published
+    listing = dry_run(model, tokenizer, CARD)
+    assert any(line.startswith("model.safetensors\t") for line in listing) and len(listing) >= 9
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_multi30k
+def test_push_without_token_fails_clearly(published, tmp_path):
+    folder, _, _ = published
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "scripts/publish.py", str(folder), str(tmp_path / "out"), "--push-to-hub", "me/model"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "needs network access and a token" in result.stderr
+    assert (tmp_path / "out" / "model.safetensors").exists()  # the folder is written before the upload is tried
