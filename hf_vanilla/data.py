@@ -26,3 +26,69 @@ def iter_lines(paths: list[str | Path]) -> Iterator[str]:
     """The non-empty lines of several files, in order."""
     for path in paths:
         yield from (line for line in read_lines(path) if line)
+
+
+SPLIT_ALIASES = {"validation": ("val", "valid", "validation", "dev"), "test": ("test2016", "test")}
+
+
+def find_split_file(folder: Path, split: str, language: str, pattern: str) -> Path:
+    """The file of `split` in `language` under `folder`, gzipped or plain (`val.en.gz` for validation, say)."""
+    for name in SPLIT_ALIASES.get(split, (split,)):
+        for suffix in (".gz", ""):
+            candidate = folder / (pattern.format(split=name, lang=language) + suffix)
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(
+        f"No {split} file for language '{language}' in {folder} (looked for "
+        f"{[pattern.format(split=name, lang=language) for name in SPLIT_ALIASES.get(split, (split,))]}, .gz or plain)."
+    )
+
+
+def read_parallel(source_path: str | Path, target_path: str | Path) -> tuple[list[str], list[str]]:
+    """Aligned source/target lines; unequal line counts or an empty file raise `ValueError` naming both files."""
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    if not sources or not targets:
+        raise ValueError(f"Empty parallel file: {source_path} has {len(sources)} lines, {target_path} {len(targets)}.")
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"Parallel files are not aligned: {source_path} has {len(sources)} lines but {target_path} has "
+            f"{len(targets)}; line i of one must translate line i of the other."
+        )
+    return sources, targets
+
+
+def load_parallel_corpus(
+    location: str | Path,
+    source_language: str,
+    target_language: str,
+    splits: tuple[str, ...] = ("train", "validation", "test"),
+    pattern: str = "{split}.{lang}",
+    max_examples: dict[str, int] | None = None,
+):
+    """A `datasets.DatasetDict` with columns `source` and `target`, from a folder of aligned text files or, for a
+    location that is not a folder, a Hub dataset id with one column per language (e.g. `bentrevett/multi30k`)."""
+    import datasets
+
+    max_examples = max_examples or {}
+    folder = Path(location)
+    if folder.is_dir():
+        columns = {}
+        for split in splits:
+            sources, targets = read_parallel(
+                find_split_file(folder, split, source_language, pattern),
+                find_split_file(folder, split, target_language, pattern),
+            )
+            limit = max_examples.get(split)
+            columns[split] = {"source": sources[:limit], "target": targets[:limit]}
+        return datasets.DatasetDict({split: datasets.Dataset.from_dict(data) for split, data in columns.items()})
+    hub = datasets.load_dataset(str(location))
+    corpus = {}
+    for split in splits:
+        name = next((alias for alias in SPLIT_ALIASES.get(split, (split,)) if alias in hub), split)
+        part = hub[name].map(
+            lambda row: {"source": row[source_language].strip(), "target": row[target_language].strip()},
+            remove_columns=hub[name].column_names,
+        )
+        limit = max_examples.get(split)
+        corpus[split] = part.select(range(min(limit, len(part)))) if limit else part
+    return datasets.DatasetDict(corpus)

@@ -1,0 +1,57 @@
+"""Checkpoint averaging (the paper averages the last 5 checkpoints of a base model, 20 of a big one)."""
+
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
+
+
+def checkpoint_folders(output_dir: str | Path) -> list[Path]:
+    """Trainer checkpoints (`checkpoint-<step>`) under `output_dir`, oldest first."""
+    folders = [p for p in Path(output_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
+    return sorted(folders, key=lambda p: int(p.name.split("-")[1]))
+
+
+def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the `model.safetensors` weights of several checkpoints of one model.
+
+    Sums run in float64 and the mean is cast back to each tensor's dtype; integer tensors are taken from the first.
+    """
+    if not paths:
+        raise ValueError("Nothing to average: pass at least one checkpoint folder.")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        file = Path(path) / "model.safetensors"
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} does not exist; checkpoints must hold safetensors weights.")
+        with safe_open(file, framework="pt") as weights:
+            if dtypes and set(weights.keys()) != set(dtypes):
+                raise ValueError(f"{file} holds different weights than {paths[0]}: not checkpoints of one model.")
+            for key in weights.keys():
+                tensor = weights.get_tensor(key)
+                if key not in dtypes:
+                    dtypes[key] = tensor.dtype
+                    total[key] = tensor.double() if tensor.is_floating_point() else tensor
+                elif tensor.is_floating_point():
+                    total[key] += tensor.double()
+    return {
+        key: (value / len(paths)).to(dtypes[key]) if dtypes[key].is_floating_point else value
+        for key, value in total.items()
+    }
+
+
+def average_checkpoints(paths: list[str | Path]) -> PreTrainedModel:
+    """A model (config of the last checkpoint) holding the mean weights; tied weights stay tied."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(paths[-1])
+    averaged = average_state_dicts(paths)
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    untied_missing = set(missing) - set(model.all_tied_weights_keys)  # tied copies are stored once
+    if untied_missing or unexpected:
+        raise ValueError(
+            f"Checkpoints do not match the model: missing {sorted(untied_missing)}, unexpected {sorted(unexpected)}."
+        )
+    model.tie_weights()
+    return model
