@@ -1,0 +1,179 @@
+"""The pieces the training recipe adds to Seq2SeqTrainer, each against an independent truth."""
+
+import gzip
+import math
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+from safetensors.torch import load_file
+from transformers import EvalPrediction, get_scheduler
+
+from hf_vanilla.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
+from hf_vanilla.data import load_parallel_corpus, read_lines, read_parallel
+from hf_vanilla.training import TokenBudgetBatchSampler, TranslationMetric, build_compute_metrics, parse_arguments
+
+from .conftest import make_model
+
+
+# Token-budget batching
+
+
+@pytest.fixture
+def lengths():
+    rng = np.random.default_rng(0)
+    return rng.integers(1, 40, size=500).tolist(), rng.integers(1, 45, size=500).tolist()
+
+
+def test_every_batch_fits_the_budget_padding_included(lengths):
+    sources, targets = lengths
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=256, seed=3)
+    seen = []
+    for batch in sampler:
+        padded = len(batch) * max(max(sources[i], targets[i]) for i in batch)
+        assert padded <= 256
+        seen.extend(batch)
+    assert sorted(seen) == list(range(500))  # every pair exactly once
+    # Greedy packing by length wastes little: padded tokens are within 15% of real ones.
+    real = sum(max(s, t) for s, t in zip(sources, targets, strict=True))
+    padded_total = sum(len(b) * max(max(sources[i], targets[i]) for i in b) for b in sampler)
+    assert padded_total <= 1.15 * real
+
+
+def test_batches_are_reshuffled_each_epoch_but_fixed_in_number_and_content(lengths):
+    sampler = TokenBudgetBatchSampler(*lengths, max_tokens=256, seed=3)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert len(first) == len(second) == len(sampler)
+    assert first != second and sorted(map(tuple, first)) == sorted(map(tuple, second))
+    again = TokenBudgetBatchSampler(*lengths, max_tokens=256, seed=3)
+    assert list(again) == first  # deterministic: what resumption relies on
+
+
+def test_a_pair_over_the_budget_is_an_error():
+    with pytest.raises(ValueError, match="max_tokens"):
+        TokenBudgetBatchSampler([5, 300], [5, 10], max_tokens=256)
+
+
+# Metric
+
+
+HYPOTHESES = ["Ein Mann läuft über die Straße .", "Zwei Kinder spielen im Park.", "Eine Frau singt."]
+REFERENCES = ["Ein Mann geht über die Straße.", "Zwei Kinder spielen im Park.", "Eine Frau singt ein Lied."]
+
+
+@pytest.mark.parametrize("tokenize, lowercase", [("13a", False), ("none", True)])
+def test_metric_equals_sacrebleu(tokenize, lowercase):
+    scores = TranslationMetric(tokenize=tokenize, lowercase=lowercase).compute(
+        predictions=HYPOTHESES, references=[[r] for r in REFERENCES]
+    )
+    expected = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], tokenize=tokenize, lowercase=lowercase)
+    assert scores["bleu"] == pytest.approx(expected.score)
+    assert (
+        scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score, abs=1e-9) or lowercase
+    )
+    assert f"tok:{tokenize}" in scores["bleu_signature"]
+
+
+def test_compute_metrics_maps_minus_100_to_padding(small_tokenizer):
+    tokenizer = small_tokenizer
+    encoded = tokenizer(HYPOTHESES, padding=True)["input_ids"]
+    labels = tokenizer(REFERENCES, padding=True)["input_ids"]
+    predictions = np.array(encoded)
+    label_ids = np.array(labels)
+    predictions = np.pad(predictions, ((0, 0), (0, 3)), constant_values=-100)  # padding between eval batches
+    label_ids = np.where(label_ids == tokenizer.pad_token_id, -100, label_ids)
+    metrics = build_compute_metrics(tokenizer, TranslationMetric())(EvalPrediction(predictions, label_ids))
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score)
+
+
+# Checkpoint averaging
+
+
+def test_averaging_two_checkpoints_is_the_elementwise_mean(tmp_path):
+    first, second = make_model(seed=1), make_model(seed=2)
+    first.save_pretrained(tmp_path / "checkpoint-10")
+    second.save_pretrained(tmp_path / "checkpoint-20")
+    assert [p.name for p in checkpoint_folders(tmp_path)] == ["checkpoint-10", "checkpoint-20"]
+    averaged = average_checkpoints(checkpoint_folders(tmp_path))
+    expected = {k: (v + second.state_dict()[k]) / 2 for k, v in first.state_dict().items()}
+    for name, tensor in averaged.state_dict().items():
+        assert torch.allclose(tensor, expected[name], atol=1e-7), name
+    encoder, decoder = averaged.model.encoder.embed_tokens.weight, averaged.model.decoder.embed_tokens.weight
+    assert encoder is decoder is averaged.lm_head.weight  # shared and tied weights stay tied
+    averaged.save_pretrained(tmp_path / "averaged")
+    stored = load_file(tmp_path / "averaged" / "model.safetensors")
+    assert torch.allclose(stored["model.encoder.embed_tokens.weight"], expected["model.encoder.embed_tokens.weight"])
+
+
+def test_averaging_refuses_different_models(tmp_path):
+    make_model().save_pretrained(tmp_path / "a")
+    make_model(decoder_layers=1).save_pretrained(tmp_path / "b")
+    with pytest.raises(ValueError, match="different weights"):
+        average_state_dicts([tmp_path / "a", tmp_path / "b"])
+
+
+# Parallel data
+
+
+def write(path, text: bytes):
+    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
+
+
+def test_corpus_folder_strips_lines_and_handles_crlf(tmp_path):
+    for split in ("train", "val", "test2016"):
+        write(tmp_path / f"{split}.en.gz", b" A dog runs.\r\nTwo cats\tsleep. \n")
+        write(tmp_path / f"{split}.de", b"Ein Hund rennt.\r\nZwei Katzen schlafen.\n")
+    corpus = load_parallel_corpus(tmp_path, "en", "de")
+    assert corpus["validation"]["source"] == ["A dog runs.", "Two cats\tsleep."]
+    assert corpus["test"]["target"] == ["Ein Hund rennt.", "Zwei Katzen schlafen."]
+
+
+def test_misaligned_files_name_both_files_and_counts(tmp_path):
+    write(tmp_path / "a.en", b"one\ntwo\nthree\n")
+    write(tmp_path / "a.de", b"eins\nzwei\n")
+    with pytest.raises(ValueError, match=r"a\.en has 3 lines but .*a\.de has 2"):
+        read_parallel(tmp_path / "a.en", tmp_path / "a.de")
+    write(tmp_path / "empty.de", b"")
+    with pytest.raises(ValueError, match="Empty parallel file"):
+        read_parallel(tmp_path / "a.en", tmp_path / "empty.de")
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    write(tmp_path / "bad.de.gz", "gut\nschön\n".encode() + b"\xff\xfe kaputt\n")
+    with pytest.raises(ValueError, match=r"bad\.de\.gz: line 3 is not valid UTF-8"):
+        read_lines(tmp_path / "bad.de.gz")
+
+
+def test_missing_split_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No train file for language 'en'"):
+        load_parallel_corpus(tmp_path, "en", "de")
+
+
+# Recipe arguments and schedule
+
+
+def test_yaml_recipe_with_command_line_overrides(tmp_path):
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("max_tokens: 2048\nlearning_rate: 0.005\nwarmup_steps: 2000\noutput_dir: out\n")
+    recipe, args = parse_arguments(["--config", str(recipe_file), "--max_tokens", "512", "--seed", "7"])
+    assert recipe.max_tokens == 512 and args.seed == 7
+    assert args.learning_rate == 0.005 and args.warmup_steps == 2000
+    recipe_file.write_text("max_tokenz: 1\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        parse_arguments(["--config", str(recipe_file)])
+
+
+def test_inverse_sqrt_schedule_is_the_papers_formula():
+    d_model, warmup, scale = 512, 4000, 1.0
+    peak = scale * d_model**-0.5 * warmup**-0.5  # what `lr_scale` sets as the learning rate
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    scheduler = get_scheduler("inverse_sqrt", optimizer, num_warmup_steps=warmup)
+    for step in range(1, 20001):
+        optimizer.step()
+        scheduler.step()
+        if step in (1, 100, 3999, 4000, 4001, 10000, 20000):
+            paper = scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+            assert math.isclose(scheduler.get_last_lr()[0], paper, rel_tol=1e-9), step

@@ -1,0 +1,135 @@
+"""Trains a tiny model a few steps with the project's trainer; run directly or under `accelerate launch`.
+
+Writes `<output_dir>/rank<r>.json`: the batches this rank saw (as id tuples) and a digest of its final weights.
+With `--kill-at N` the process SIGKILLs itself after update N (a crash, not a clean stop).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models
+from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast, Seq2SeqTrainingArguments, TrainerCallback
+
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+
+class RecordingCollator(DataCollatorForSeq2Seq):
+    seen: list = []
+
+    def __call__(self, features, return_tensors=None):
+        batch = super().__call__(features, return_tensors)
+        RecordingCollator.seen.append(
+            [
+                row[: int(mask.sum())].tolist()
+                for row, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)
+            ]
+        )
+        return batch
+
+
+class KillAt(TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def synthetic_pairs(count: int = 160) -> Dataset:
+    generator = torch.Generator().manual_seed(0)
+    rows = {"input_ids": [], "attention_mask": [], "labels": [], "source_length": [], "target_length": []}
+    for _ in range(count):
+        length = int(torch.randint(3, 12, (1,), generator=generator))
+        body = torch.randint(4, 40, (length,), generator=generator).tolist()
+        rows["input_ids"].append(body + [2])
+        rows["attention_mask"].append([1] * (length + 1))
+        rows["labels"].append(list(reversed(body)) + [2])
+        rows["source_length"].append(length + 1)
+        rows["target_length"].append(length + 1)
+    return Dataset.from_dict(rows)
+
+
+def word_level_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A real, savable tokenizer over ids 0..vocab_size-1 (the data here is already ids)."""
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab_size)}}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output_dir")
+    parser.add_argument("--max-steps", type=int, default=12)
+    parser.add_argument("--save-steps", type=int, default=4)
+    parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--resume", action="store_true")
+    options = parser.parse_args()
+
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(
+        vocab_size=48,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.2,
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    args = Seq2SeqTrainingArguments(
+        output_dir=options.output_dir,
+        max_steps=options.max_steps,
+        save_steps=options.save_steps,
+        save_strategy="steps",
+        learning_rate=3e-3,
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=4,
+        label_smoothing_factor=0.1,
+        adam_beta2=0.98,
+        adam_epsilon=1e-9,
+        weight_decay=0.0,
+        logging_steps=4,
+        report_to=[],
+        seed=5,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        gradient_accumulation_steps=2,
+    )
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=synthetic_pairs(),
+        data_collator=RecordingCollator(word_level_tokenizer(48), model=model),
+        callbacks=[KillAt(options.kill_at)] if options.kill_at else [],
+        max_tokens=48,
+    )
+    trainer.train(resume_from_checkpoint=True if options.resume else None)
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().cpu().numpy().tobytes())
+    rank = trainer.args.process_index
+    Path(options.output_dir, f"rank{rank}.json").write_text(
+        json.dumps(
+            {"batches": RecordingCollator.seen, "weights": digest.hexdigest(), "step": trainer.state.global_step}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
