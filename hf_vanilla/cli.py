@@ -1,4 +1,4 @@
-"""The `hf-vanilla` command line: `hf-vanilla translate ...`."""
+"""The `hf-vanilla` command line: `train`, `translate` and `average`."""
 
 import argparse
 import sys
@@ -74,12 +74,50 @@ def run_translate(args: argparse.Namespace) -> None:
         print(f"cross-attention of line 1 drawn to {args.attention_plot}", file=sys.stderr)
 
 
+def add_average_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoints", nargs="*", help="checkpoint folders to average")
+    parser.add_argument("--from", dest="run_dir", help="a training output folder: average its last checkpoints")
+    parser.add_argument("--last", type=int, default=5, help="with --from: how many checkpoints (paper: 5, big: 20)")
+    parser.add_argument("--output", required=True, help="folder for the averaged model")
+
+
+def run_average(args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
+
+    from .averaging import average_checkpoints, checkpoint_folders
+
+    folders = list(args.checkpoints)
+    if args.run_dir:
+        folders += checkpoint_folders(args.run_dir)[-args.last :]
+    if not folders:
+        raise SystemExit("error: name checkpoint folders, or --from a training folder that has checkpoints")
+    average_checkpoints(folders).save_pretrained(args.output)
+    try:
+        AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(args.output)
+    except (OSError, ValueError):
+        print("note: no tokenizer in the checkpoints; copy it next to the averaged model", file=sys.stderr)
+    print(f"averaged {len(folders)} checkpoints into {args.output}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    """`hf-vanilla train ...` takes every option of `Seq2SeqTrainingArguments` and the recipe (see `--help`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        from .training import parse_arguments, run_training
+
+        run_training(*parse_arguments(argv[1:]))
+        return
     parser = argparse.ArgumentParser(prog="hf-vanilla", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("train", help="train with the paper's recipe: hf-vanilla train --config RECIPE.yaml ...")
     translate = commands.add_parser("translate", help="translate a file or stdin with a saved model")
     add_translate_arguments(translate)
     translate.set_defaults(run=run_translate)
+    average = commands.add_parser("average", help="average checkpoints into one model")
+    add_average_arguments(average)
+    average.set_defaults(run=run_average)
     args = parser.parse_args(argv)
     args.run(args)
 

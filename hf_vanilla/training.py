@@ -232,6 +232,27 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_save = True
 
 
+class CheckpointAveragingCallback(TrainerCallback):
+    """At the end of training, average the last `last_n` checkpoints into `<output_dir>/averaged`, a normal
+    `save_pretrained` folder (with the tokenizer), as the paper does with its last 5 (base) or 20 (big)."""
+
+    def __init__(self, last_n: int, tokenizer: PreTrainedTokenizerBase | None = None):
+        self.last_n, self.tokenizer = last_n, tokenizer
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folders = checkpoint_folders(args.output_dir)[-self.last_n :]
+        if not folders:
+            logger.warning("No checkpoints to average in %s.", args.output_dir)
+            return
+        logger.warning("Averaging %d checkpoints: %s", len(folders), [folder.name for folder in folders])
+        target = Path(args.output_dir) / "averaged"
+        average_checkpoints(folders).save_pretrained(target)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(target)
+
+
 def plot_curves(log_history: list[dict], path: str | Path) -> None:
     """Training/validation loss and validation BLEU against the update step."""
     import matplotlib
@@ -339,6 +360,8 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
     if recipe.max_train_minutes:
         callbacks.append(TimeBudgetCallback(recipe.max_train_minutes))
+    if recipe.average_last:
+        callbacks.append(CheckpointAveragingCallback(recipe.average_last, tokenizer))
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
         args=training_args,
@@ -352,11 +375,10 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
 
-    trainer.accelerator.wait_for_everyone()  # every rank averages, so every rank evaluates the same weights
-    if recipe.average_last:
-        folders = checkpoint_folders(output_dir)[-recipe.average_last :]
-        logger.warning("Averaging %d checkpoints: %s", len(folders), [folder.name for folder in folders])
-        trainer.model.load_state_dict(average_checkpoints(folders).state_dict())
+    trainer.accelerator.wait_for_everyone()
+    if recipe.average_last and (output_dir / "averaged").is_dir():  # every rank evaluates the averaged weights
+        averaged = VanillaTransformerForConditionalGeneration.from_pretrained(output_dir / "averaged")
+        trainer.model.load_state_dict(averaged.state_dict())
     test = trainer.predict(
         tokenized["test"], num_beams=recipe.test_num_beams, max_length=training_args.generation_max_length
     )

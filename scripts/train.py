@@ -1,11 +1,13 @@
 """Train a translation model with the paper's recipe (same as `hf-vanilla train`).
 
-    python scripts/train.py --config configs/multi30k_tiny.yaml [--max_steps 8000 --output_dir runs/x ...]
-    accelerate launch --config_file configs/accelerate_multi_gpu.yaml scripts/train.py --config ...
+python scripts/train.py --config configs/multi30k_tiny.yaml [--max_steps 8000 --output_dir runs/x ...]
+accelerate launch --config_file configs/accelerate_multi_gpu.yaml scripts/train.py --config ...
 """
 
-from hf_vanilla.training import parse_arguments, run_training
+import sys
+
+from hf_vanilla.cli import main
 
 
 if __name__ == "__main__":
-    run_training(*parse_arguments())
+    main(["train", *sys.argv[1:]])

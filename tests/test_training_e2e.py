@@ -34,6 +34,7 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
     assert scores["global_step"] == 40 and scores["dropped_training_pairs"] == 0
     assert 0.0 <= scores["test_bleu"] <= 100.0 and "version:" in scores["bleu_signature"]
     assert (output / "tokenizer" / "tokenizer.json").exists()  # trained because none was given
+    assert (output / "averaged" / "model.safetensors").exists() and (output / "averaged" / "tokenizer.json").exists()
     assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert list((output / "runs").rglob("events.out.tfevents.*")), "TensorBoard logs"
     log = (output / "log.csv").read_text().splitlines()

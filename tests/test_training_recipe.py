@@ -108,6 +108,36 @@ def test_averaging_two_checkpoints_is_the_elementwise_mean(tmp_path):
     assert torch.allclose(stored["model.encoder.embed_tokens.weight"], expected["model.encoder.embed_tokens.weight"])
 
 
+def test_average_command_writes_a_loadable_folder(tmp_path):
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForSeq2SeqLM
+
+    for step, seed in ((5, 1), (10, 2), (15, 3)):
+        make_model(seed=seed).save_pretrained(tmp_path / f"checkpoint-{step}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/average_checkpoints.py",
+            "--from",
+            str(tmp_path),
+            "--last",
+            "2",
+            "--output",
+            str(tmp_path / "avg"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "averaged 2 checkpoints" in result.stdout
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg")
+    expected = (make_model(seed=2).lm_head.weight + make_model(seed=3).lm_head.weight) / 2
+    assert torch.allclose(averaged.lm_head.weight, expected, atol=1e-7)
+
+
 def test_averaging_refuses_different_models(tmp_path):
     make_model().save_pretrained(tmp_path / "a")
     make_model(decoder_layers=1).save_pretrained(tmp_path / "b")
