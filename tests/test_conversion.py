@@ -1,0 +1,98 @@
+"""MarianMT / OPUS-MT checkpoints convert with parity: same logits, same beam search."""
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
+
+from hf_vanilla.conversion import convert_marian, convert_marian_folder
+
+from .conftest import padded_batch
+
+
+def opus_mt_like(shared: bool, seed: int = 0) -> MarianMTModel:
+    """A random MarianMT with OPUS-MT's choices: swish, scaled embeddings, static sinusoids, a logits bias, pad as
+    decoder start, eos 0."""
+    vocab, decoder_vocab = 90, (90 if shared else 70)
+    config = MarianConfig(
+        vocab_size=vocab,
+        decoder_vocab_size=decoder_vocab,
+        share_encoder_decoder_embeddings=shared,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        activation_function="swish",
+        scale_embedding=True,
+        max_position_embeddings=64,
+        pad_token_id=decoder_vocab - 1,
+        decoder_start_token_id=decoder_vocab - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():  # larger weights so beams and tokens really differ
+            if "embed_positions" not in name:  # the fixed sinusoid table is a (frozen) parameter in Marian
+                parameter.mul_(3.0)
+        model.final_logits_bias.normal_(0, 0.1)
+    return model
+
+
+@pytest.fixture
+def marian_batch():
+    rows = [[5, 17, 33, 8, 0], [40, 12, 0], [18, 3, 27, 55, 61, 9, 0]]
+    input_ids, attention_mask = padded_batch(rows, pad=69)
+    return input_ids, attention_mask
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-vocab", "separate-vocab"])
+def test_logits_and_beam_search_match_marian(shared, marian_batch):
+    marian = opus_mt_like(shared, seed=2)  # a seed whose random model answers each source differently
+    ours = convert_marian(marian)
+    config = ours.config
+    assert (config.sinusoid_layout, config.activation_function, config.add_final_logits_bias) == (
+        "concatenated",
+        "swish",
+        True,
+    )
+    assert config.decoder_start_token_id == config.pad_token_id
+    input_ids, attention_mask = marian_batch
+    decoder_input_ids = torch.tensor([[config.pad_token_id, 4, 9, 22]] * 3)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    with torch.no_grad():
+        difference = (marian(**inputs).logits - ours(**inputs).logits).abs().max().item()
+    assert difference <= 1e-5
+
+    generation = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=12, num_beams=4)
+    expected = marian.generate(**generation)
+    assert torch.equal(ours.generate(**generation), expected)
+    assert len({tuple(row.tolist()) for row in expected}) > 1  # outputs depend on the source: not a trivial match
+
+
+def test_ties_follow_the_marian_checkpoint():
+    shared = convert_marian(opus_mt_like(shared=True))
+    assert shared.model.encoder.embed_tokens.weight is shared.model.decoder.embed_tokens.weight
+    assert shared.lm_head.weight is shared.model.encoder.embed_tokens.weight
+    separate = convert_marian(opus_mt_like(shared=False))
+    assert separate.model.encoder.embed_tokens.weight.shape[0] == 90
+    assert separate.lm_head.weight is separate.model.decoder.embed_tokens.weight
+    assert separate.lm_head.weight.shape[0] == 70
+
+
+def test_folder_conversion_keeps_tokenizer_files(tmp_path, marian_batch):
+    marian = opus_mt_like(shared=True, seed=4)
+    marian.save_pretrained(tmp_path / "marian")
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        (tmp_path / "marian" / name).write_text(f"stand-in for {name}")
+    convert_marian_folder(tmp_path / "marian", tmp_path / "vanilla")
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        assert (tmp_path / "vanilla" / name).read_text() == f"stand-in for {name}"
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "vanilla", attn_implementation="eager")
+    input_ids, attention_mask = marian_batch
+    generation = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8, num_beams=4)
+    assert torch.equal(reloaded.generate(**generation), marian.generate(**generation))
