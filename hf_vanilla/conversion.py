@@ -98,4 +98,3 @@ def convert_marian_folder(source: str | Path, output: str | Path) -> VanillaTran
         if (Path(source) / name).is_file():
             shutil.copy2(Path(source) / name, Path(output) / name)
     return model
-

@@ -9,15 +9,19 @@ import hashlib
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, models
-from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast, Seq2SeqTrainingArguments, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, TrainerCallback
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
+from tests.conftest import word_level_tokenizer  # noqa: E402
 
 
 class RecordingCollator(DataCollatorForSeq2Seq):
@@ -55,18 +59,6 @@ def synthetic_pairs(count: int = 160) -> Dataset:
         rows["source_length"].append(length + 1)
         rows["target_length"].append(length + 1)
     return Dataset.from_dict(rows)
-
-
-def word_level_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """A real, savable tokenizer over ids 0..vocab_size-1 (the data here is already ids)."""
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab_size)}}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-    )
 
 
 def main() -> None:
