@@ -1,0 +1,304 @@
+"""Speed and memory of hf_vanilla against transformers' MarianMT at identical shape and identical weights.
+
+Both models run in one process, alternately (A B A B ...) after a warm-up, so machine noise hits both alike; results
+are medians (with min/max) and ratios hf_vanilla / Marian. The Marian model is random; ours is converted from it,
+so both compute the same function and generate the same tokens. CTranslate2 (float32 export of the same weights)
+is a third column when installed.
+"""
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+import torch
+from transformers import MarianConfig, MarianMTModel
+
+from .conversion import convert_marian
+
+
+PRESETS = {
+    "small": dict(d_model=256, layers=3, heads=4, ffn=1024, vocab=8000),
+    "base": dict(d_model=512, layers=6, heads=8, ffn=2048, vocab=32000),
+}
+
+
+@dataclass
+class Measurement:
+    name: str
+    unit: str
+    ours: list[float]
+    marian: list[float]
+    ct2: list[float] | None = None
+
+    def row(self) -> dict:
+        def summary(values):
+            return (
+                None if not values else {"median": statistics.median(values), "min": min(values), "max": max(values)}
+            )
+
+        ours, marian = statistics.median(self.ours), statistics.median(self.marian)
+        higher_is_better = self.unit.endswith("/s")
+        result = {
+            "name": self.name,
+            "unit": self.unit,
+            "hf_vanilla": summary(self.ours),
+            "marian": summary(self.marian),
+            "ratio": ours / marian,
+            "better": "higher" if higher_is_better else "lower",
+        }
+        if self.ct2:
+            result["ctranslate2"] = summary(self.ct2)
+            result["ratio_ct2_vs_marian"] = statistics.median(self.ct2) / marian
+        return result
+
+
+def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0):
+    shape = PRESETS[preset]
+    config = MarianConfig(
+        vocab_size=shape["vocab"],
+        d_model=shape["d_model"],
+        encoder_layers=shape["layers"],
+        decoder_layers=shape["layers"],
+        encoder_attention_heads=shape["heads"],
+        decoder_attention_heads=shape["heads"],
+        encoder_ffn_dim=shape["ffn"],
+        decoder_ffn_dim=shape["ffn"],
+        activation_function="relu",
+        scale_embedding=True,
+        max_position_embeddings=1024,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        dropout=0.1,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(seed)
+    marian = MarianMTModel(config)
+    ours = convert_marian(marian)
+    return ours.to(device, dtype).eval(), marian.to(device, dtype).eval()
+
+
+def source_batch(batch: int, length: int, vocab: int, device: str, mixed: bool = False, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, vocab, (batch, length), generator=generator)
+    mask = torch.ones_like(ids)
+    if mixed:  # lengths spread from 8 to `length`, right-padded
+        for row, n in enumerate(torch.linspace(8, length, batch).round().long().tolist()):
+            ids[row, n:] = 0
+            mask[row, n:] = 0
+    ids[torch.arange(batch), mask.sum(1) - 1] = 2  # each source ends in EOS
+    return ids.to(device), mask.to(device)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: str) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, list[float]]:
+    """One warm-up call each, then A B A B ...: seconds per call for each entry."""
+    for fn in runs.values():
+        fn()
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            seconds[name].append(timed(fn, device))
+    return seconds
+
+
+def generation_runs(models, inputs, new_tokens: int, num_beams: int, use_cache: bool = True):
+    ids, mask = inputs
+    kwargs = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        num_beams=num_beams,
+        do_sample=False,
+        length_penalty=1.0,
+        use_cache=use_cache,
+    )
+
+    def run(model):
+        with torch.inference_mode():
+            return model.generate(**kwargs)
+
+    return {name: (lambda m=model: run(m)) for name, model in models.items()}
+
+
+def training_runs(models, batch: int, source_length: int, target_length: int, vocab: int, device: str):
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, vocab, (batch, source_length), generator=generator).to(device)
+    labels = torch.randint(4, vocab, (batch, target_length), generator=generator).to(device)
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
+
+    def step(name):
+        model = models[name]
+        model.train()
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+        loss.backward()
+        optimizers[name].step()
+        optimizers[name].zero_grad(set_to_none=True)
+        model.eval()
+
+    return {name: (lambda n=name: step(n)) for name in models}
+
+
+def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> float:
+    """Peak resident memory (MiB) above the level before `fn`, sampled by a background thread."""
+    process = psutil.Process()
+    baseline = process.memory_info().rss
+    peak = baseline
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        sampler.join()
+    return (max(peak, process.memory_info().rss) - baseline) / 2**20
+
+
+def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str):
+    """A float32 CTranslate2 export of our model, translating the same ids; None without ctranslate2."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return None
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from .export import export_ctranslate2
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab)}}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(words, unk_token="<unk>")),
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+    export_ctranslate2(ours.float().cpu(), tokenizer, folder, force=True)
+    translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
+    ids, mask = inputs
+    batch = [
+        tokenizer.convert_ids_to_tokens(row[m.bool()].tolist()) for row, m in zip(ids.cpu(), mask.cpu(), strict=True)
+    ]
+
+    def run():
+        return translator.translate_batch(
+            batch,
+            beam_size=num_beams,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            length_penalty=1.0,
+        )
+
+    return run
+
+
+def run_benchmark(preset: str, device: str, dtype: torch.dtype, repeats: int, with_ct2: bool, ct2_dir: str) -> dict:
+    ours, marian = build_models(preset, device, dtype)
+    vocab = PRESETS[preset]["vocab"]
+    models = {"ours": ours, "marian": marian}
+    results: list[Measurement] = []
+    batch, length, new_tokens = 16, 32, 64
+    tokens_generated = batch * new_tokens
+
+    for label, mixed, beams in (("greedy", False, 1), ("beam 4", False, 4), ("greedy, padded mixed lengths", True, 1)):
+        inputs = source_batch(batch, length, vocab, device, mixed=mixed)
+        runs = generation_runs(models, inputs, new_tokens, beams)
+        ct2 = (
+            ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, ct2_dir) if with_ct2 and device == "cpu" else None
+        )
+        if ct2 is not None:
+            runs["ct2"] = ct2
+        seconds = alternate(runs, repeats, device)
+        rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
+        results.append(
+            Measurement(
+                f"generation {label}: 16 x 32 -> 64 new", "tokens/s", rate["ours"], rate["marian"], rate.get("ct2")
+            )
+        )
+
+    train_tokens = 16 * 32
+    seconds = alternate(training_runs(models, 16, 32, 32, vocab, device), repeats, device)
+    results.append(
+        Measurement(
+            "training step (fwd+bwd+AdamW): 16 x 32 x 32",
+            "target tokens/s",
+            [train_tokens / s for s in seconds["ours"]],
+            [train_tokens / s for s in seconds["marian"]],
+        )
+    )
+
+    inputs = source_batch(batch, length, vocab, device)
+    for cache in (True, False):
+        for count in (16, 64, 256):
+            runs = generation_runs(models, inputs, count, 1, use_cache=cache)
+            seconds = alternate(runs, max(3, repeats // 2) if count == 256 else repeats, device)
+            results.append(
+                Measurement(
+                    f"ms per generated token at {count} new, cache {'on' if cache else 'off'}",
+                    "ms/token",
+                    [1000 * s / count for s in seconds["ours"]],
+                    [1000 * s / count for s in seconds["marian"]],
+                )
+            )
+
+    generation = generation_runs(models, source_batch(batch, length, vocab, device), new_tokens, 4)
+    memory = {name: [peak_rss_increase(fn) for _ in range(3)] for name, fn in generation.items()}
+    results.append(Measurement("peak RSS increase, beam 4 generation", "MiB", memory["ours"], memory["marian"]))
+
+    return {
+        "preset": preset,
+        "shape": PRESETS[preset],
+        "device": device,
+        "dtype": str(dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "torch": torch.__version__,
+        "results": [m.row() for m in results],
+    }
+
+
+def markdown_table(report: dict) -> str:
+    header = (
+        "| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | CTranslate2 |\n|---|---|---|---|---|---|"
+    )
+    lines = [header]
+    for row in report["results"]:
+        ct2 = row.get("ctranslate2")
+        ct2_text = f"{ct2['median']:.1f} ({row['ratio_ct2_vs_marian']:.2f}x Marian)" if ct2 else "—"
+        lines.append(
+            f"| {row['name']} | {row['unit']} | {row['hf_vanilla']['median']:.2f} "
+            f"[{row['hf_vanilla']['min']:.2f}–{row['hf_vanilla']['max']:.2f}] | {row['marian']['median']:.2f} "
+            f"[{row['marian']['min']:.2f}–{row['marian']['max']:.2f}] | {row['ratio']:.2f} "
+            f"({row['better']} is better) | {ct2_text} |"
+        )
+    return "\n".join(lines)
+
+
+def save_report(report: dict, json_path: str) -> None:
+    with open(json_path, "w") as handle:
+        json.dump(report, handle, indent=2)
