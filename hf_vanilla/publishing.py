@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .pipeline_vanilla import VanillaTranslationPipeline
 
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"
+DEFAULT_TEMPLATE = Path(__file__).with_name("model_card.md")  # the repository's model_card.md, shipped in the wheel
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish"}
 
 
