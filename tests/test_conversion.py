@@ -96,3 +96,66 @@ def test_folder_conversion_keeps_tokenizer_files(tmp_path, marian_batch):
     input_ids, attention_mask = marian_batch
     generation = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8, num_beams=4)
     assert torch.equal(reloaded.generate(**generation), marian.generate(**generation))
+
+
+@pytest.fixture(scope="module")
+def marian_tokenizer(tmp_path_factory):
+    """A real MarianTokenizer: SentencePiece models trained here on 2000 Multi30k lines per side."""
+    spm = pytest.importorskip("sentencepiece")
+    from transformers import MarianTokenizer
+
+    from hf_vanilla.data import read_lines
+
+    from .conftest import MULTI30K
+
+    if not MULTI30K.is_dir():
+        pytest.skip("../shared/data/multi30k is not present")
+    folder = tmp_path_factory.mktemp("spm")
+    pieces = set()
+    for name, language in (("source", "en"), ("target", "de")):
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(read_lines(MULTI30K / f"train.{language}.gz")[:2000]),
+            model_prefix=str(folder / name),
+            vocab_size=200,
+            model_type="unigram",
+            bos_id=-1,
+            eos_id=-1,
+            unk_id=1,
+            pad_id=-1,
+            minloglevel=2,
+        )
+        (folder / f"{name}.model").rename(folder / f"{name}.spm")
+        pieces |= {line.split("\t")[0] for line in (folder / f"{name}.vocab").read_text().splitlines()}
+    ordered = ["</s>", "<unk>", *sorted(pieces - {"</s>", "<unk>"}), "<pad>"]  # Marian: eos 0, pad last
+    (folder / "vocab.json").write_text(__import__("json").dumps({piece: i for i, piece in enumerate(ordered)}))
+    return MarianTokenizer(
+        vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm")
+    )
+
+
+def test_converted_folder_translates_with_the_marian_tokenizer(marian_tokenizer, tmp_path):
+    from transformers import pipeline
+
+    tokenizer = marian_tokenizer
+    config = opus_mt_like(shared=True).config
+    config.vocab_size = config.decoder_vocab_size = len(tokenizer)
+    config.pad_token_id = config.decoder_start_token_id = tokenizer.pad_token_id
+    torch.manual_seed(2)
+    marian = MarianMTModel(config).eval()
+    marian.save_pretrained(tmp_path / "marian")
+    tokenizer.save_pretrained(tmp_path / "marian")
+    convert_marian_folder(tmp_path / "marian", tmp_path / "vanilla")
+
+    translator = pipeline(
+        "translation", model=str(tmp_path / "vanilla"), model_kwargs={"attn_implementation": "eager"}
+    )
+    sources = ["A dog runs on the grass.", "Two men play football."]
+    got = [t["translation_text"] for t in translator(sources, num_beams=4, max_new_tokens=10)]
+    expected = [
+        tokenizer.decode(
+            marian.generate(**tokenizer(s, return_tensors="pt"), num_beams=4, max_new_tokens=10)[0],
+            skip_special_tokens=True,
+        )
+        for s in sources
+    ]
+    assert got == expected
