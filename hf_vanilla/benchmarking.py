@@ -185,19 +185,10 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
         import ctranslate2
     except ImportError:
         return None
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
     from .export import export_ctranslate2
+    from .tokenization import word_level_tokenizer
 
-    words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab)}}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(words, unk_token="<unk>")),
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-    )
+    tokenizer = word_level_tokenizer(vocab)
     export_ctranslate2(ours.float().cpu(), tokenizer, folder, force=True)
     translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
     ids, mask = inputs

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models
-from transformers import PreTrainedTokenizerFast
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import read_lines
@@ -84,15 +82,3 @@ def run_without_hf_vanilla(script: str, args: list[str], workdir: Path) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
-
-
-def word_level_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """A real, savable tokenizer whose words `t4 ... t{n-1}` are ids 4 ... n-1 (for data that is already ids)."""
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab_size)}}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-    )

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from .conftest import EOS, make_model, word_level_tokenizer
+from hf_vanilla.tokenization import word_level_tokenizer
+
+from .conftest import EOS, make_model
 
 
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import torch
@@ -17,11 +16,8 @@ from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, TrainerCallback
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.tokenization import word_level_tokenizer
 from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
-from tests.conftest import word_level_tokenizer  # noqa: E402
 
 
 class RecordingCollator(DataCollatorForSeq2Seq):
