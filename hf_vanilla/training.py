@@ -11,7 +11,7 @@ import csv
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import evaluate
@@ -430,7 +430,8 @@ def hyperparameters(recipe: RecipeArguments, args: Seq2SeqTrainingArguments, mod
         "seed": args.seed,
         "vocabulary": model.config.vocab_size,
         "data": recipe.data,
-        **{f"recipe.{k}": v for k, v in asdict(recipe).items() if k in ("source_language", "target_language")},
+        "recipe.source_language": recipe.source_language,
+        "recipe.target_language": recipe.target_language,
     }
 
 
