@@ -401,7 +401,7 @@ def report_test_results(recipe, trainer, metric: TranslationMetric, test_pairs, 
         "bleu_signature": signed["bleu_signature"],
         "chrf_signature": signed["chrf_signature"],
     }
-    card_table = hyperparameters(recipe, trainer.args, trainer.model)
+    card_table = hyperparameters(recipe, trainer.args, trainer.model, trainer.state.global_step)
     (output_dir / "final" / "hyperparameters.json").write_text(json.dumps(card_table, indent=2))
     (output_dir / "test_scores.json").write_text(json.dumps({**scores, **result}, indent=2))
     (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
@@ -414,7 +414,7 @@ def report_test_results(recipe, trainer, metric: TranslationMetric, test_pairs, 
     return result
 
 
-def hyperparameters(recipe: RecipeArguments, args: Seq2SeqTrainingArguments, model) -> dict:
+def hyperparameters(recipe: RecipeArguments, args: Seq2SeqTrainingArguments, model, updates: int) -> dict:
     """What the model card's training table shows."""
     return {
         "max_tokens_per_batch": recipe.max_tokens,
@@ -425,7 +425,7 @@ def hyperparameters(recipe: RecipeArguments, args: Seq2SeqTrainingArguments, mod
         "lr_schedule": f"{args.lr_scheduler_type}, warmup {args.warmup_steps}",
         "label_smoothing": args.label_smoothing_factor,
         "dropout": model.config.dropout,
-        "updates": args.max_steps,
+        "updates": updates,  # made, not planned: a time budget or early stopping can end training sooner
         "checkpoints_averaged": recipe.average_last,
         "seed": args.seed,
         "vocabulary": model.config.vocab_size,
