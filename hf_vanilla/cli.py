@@ -1,6 +1,7 @@
 """The `hf-vanilla` command line: `train`, `translate` and `average`."""
 
 import argparse
+import signal
 import sys
 
 import torch
@@ -105,9 +106,13 @@ def main(argv: list[str] | None = None) -> None:
     """`hf-vanilla train ...` takes every option of `Seq2SeqTrainingArguments` and the recipe (see `--help`)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
-        from .training import parse_arguments, run_training
+        from .training import TrainingInterrupted, parse_arguments, run_training
 
-        run_training(*parse_arguments(argv[1:]))
+        try:
+            run_training(*parse_arguments(argv[1:]))
+        except TrainingInterrupted as stop:
+            print(stop, file=sys.stderr)
+            sys.exit(128 + signal.SIGTERM)  # the shell's convention for "terminated by SIGTERM"
         return
     parser = argparse.ArgumentParser(prog="hf-vanilla", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -17,6 +17,23 @@ EXTRA_TARGET_TOKENS = 50
 _LENGTH_ARGUMENTS = ("max_new_tokens", "max_length")
 
 
+def check_tokenizer_matches_model(tokenizer, config) -> None:
+    """Fail when a pipeline or trainer is built, not mid-translation, if the tokenizer can produce ids the model
+    cannot embed or gives padding / end-of-sentence a different id than the model (a tokenizer from another run)."""
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} entries but the model's vocabulary only {config.vocab_size} "
+            "(`config.vocab_size`): they come from different runs. Use the tokenizer saved with the model."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        tokenizer_id, model_id = getattr(tokenizer, name, None), getattr(config, name, None)
+        if tokenizer_id is not None and model_id is not None and tokenizer_id != model_id:
+            raise ValueError(
+                f"The tokenizer's `{name}` is {tokenizer_id} but the model's is {model_id}: they come from "
+                "different runs. Use the tokenizer saved with the model."
+            )
+
+
 class VanillaTranslationPipeline(Pipeline):
     """Translate a string or a list of strings: returns `[{"translation_text": ...}]` per input, as users know it.
 
@@ -29,6 +46,12 @@ class VanillaTranslationPipeline(Pipeline):
     _load_processor = False
     _load_image_processor = False
     _load_feature_extractor = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError("The translation pipeline needs a tokenizer: pass `tokenizer=` or a folder that has one.")
+        check_tokenizer_matches_model(self.tokenizer, self.model.config)
 
     def _sanitize_parameters(self, clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
         postprocess_params = {}

@@ -7,9 +7,11 @@ TensorBoard. Added here: token-budget batching (fairseq's `--max-tokens`), a sac
 offline, CSV logs with a PNG of the curves, a wall-clock budget, and averaging of the last checkpoints.
 """
 
+import copy
 import csv
 import json
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from .averaging import average_checkpoints, checkpoint_folders
 from .configuration_vanilla import VanillaTransformerConfig
 from .data import load_parallel_corpus
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+from .pipeline_vanilla import check_tokenizer_matches_model
 from .tokenization import train_bpe_tokenizer
 
 
@@ -176,6 +179,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def __init__(self, *args, max_tokens: int, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        if isinstance(self.processing_class, PreTrainedTokenizerBase):
+            check_tokenizer_matches_model(self.processing_class, self.model.config)
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
@@ -192,6 +197,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         )
         # Accelerate shards the batches across processes: each rank gets every n-th batch.
         return self.accelerator.prepare(loader)
+
+    def prediction_step(self, *args, **kwargs):
+        # Seq2SeqTrainer fills every library default into `model.generation_config` (max_length=20 among them),
+        # which checkpoints would then save and every later `generate(max_new_tokens=...)` would warn about.
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(*args, **kwargs)
+        finally:
+            self.model.generation_config = generation_config
 
 
 class CsvLoggerCallback(TrainerCallback):
@@ -230,6 +244,45 @@ class TimeBudgetCallback(TrainerCallback):
             )
             control.should_training_stop = True
             control.should_save = True
+
+
+class TrainingInterrupted(Exception):
+    """Raised by `run_training` after a SIGTERM stop: the checkpoint is saved; resume from it."""
+
+    def __init__(self, step: int, output_dir: Path):
+        self.step = step
+        super().__init__(
+            f"Stopped by SIGTERM after update {step}; the checkpoint is {output_dir / f'checkpoint-{step}'}. "
+            "Run the same command with `--resume_from_checkpoint last` to continue from it."
+        )
+
+
+class StopOnSigtermCallback(TrainerCallback):
+    """On SIGTERM (a preempted or cancelled job), finish the current update, save a checkpoint and stop, so that
+    `--resume_from_checkpoint` continues from exactly that update. transformers' `enable_jit_checkpoint` waits 3 s
+    before it acts and does not tell the caller that the stop came from the signal; `run_training` needs to know,
+    so that it exits instead of going on to the test evaluation."""
+
+    def __init__(self):
+        self.received = False
+        self.stopped_at: int | None = None
+        self._previous_handler = None
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.received = True
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received:
+            logger.warning("SIGTERM received: saving a checkpoint at update %d and stopping.", state.global_step)
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
 
 
 class CheckpointAveragingCallback(TrainerCallback):
@@ -281,11 +334,22 @@ def plot_curves(log_history: list[dict], path: str | Path) -> None:
     plt.close(figure)
 
 
-def prepare_tokenizer(recipe: RecipeArguments, train_pairs, output_dir: Path) -> PreTrainedTokenizerBase:
+def resume_point(value: str | None) -> str | bool | None:
+    """`--resume_from_checkpoint last` (or `true`) resumes from the newest checkpoint; any other value is a path."""
+    if isinstance(value, str) and value.lower() in {"last", "true"}:
+        return True
+    return value
+
+
+def prepare_tokenizer(
+    recipe: RecipeArguments, train_pairs, output_dir: Path, resuming: bool = False
+) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     if recipe.tokenizer:
         return AutoTokenizer.from_pretrained(recipe.tokenizer)
+    if resuming and (output_dir / "tokenizer").is_dir():  # the checkpoints' ids come from this one
+        return AutoTokenizer.from_pretrained(output_dir / "tokenizer")
     tokenizer = train_bpe_tokenizer(
         [*train_pairs["source"], *train_pairs["target"]], vocab_size=recipe.vocab_size, show_progress=False
     )
@@ -346,16 +410,17 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         pattern=recipe.data_pattern,
         max_examples={split: limit for split, limit in limits.items() if limit},
     )
-    tokenizer = prepare_tokenizer(recipe, corpus["train"], output_dir)
+    tokenizer = prepare_tokenizer(
+        recipe, corpus["train"], output_dir, resuming=bool(training_args.resume_from_checkpoint)
+    )
     model = build_model(recipe, tokenizer, training_args)
-    if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(f"The tokenizer has {len(tokenizer)} entries but the model only {model.config.vocab_size}.")
     tokenized, dropped = tokenize_corpus(corpus, tokenizer, recipe.max_length)
 
     longest_source = max(max(tokenized[split]["source_length"]) for split in ("validation", "test"))
     training_args.generation_max_length = longest_source + recipe.extra_target_tokens  # never cut at 20 tokens
     metric = TranslationMetric(tokenize=recipe.bleu_tokenize, lowercase=recipe.bleu_lowercase)
-    callbacks = [CsvLoggerCallback(output_dir / "log.csv")]
+    sigterm = StopOnSigtermCallback()
+    callbacks = [CsvLoggerCallback(output_dir / "log.csv"), sigterm]
     if recipe.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
     if recipe.max_train_minutes:
@@ -373,7 +438,9 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         callbacks=callbacks,
         max_tokens=recipe.max_tokens,
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_point(training_args.resume_from_checkpoint))
+    if sigterm.stopped_at is not None:
+        raise TrainingInterrupted(sigterm.stopped_at, output_dir)
 
     trainer.accelerator.wait_for_everyone()
     if recipe.average_last and (output_dir / "averaged").is_dir():  # every rank evaluates the averaged weights

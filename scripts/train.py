@@ -1,6 +1,6 @@
 """Train a translation model with the paper's recipe (same as `hf-vanilla train`).
 
-python scripts/train.py --config configs/multi30k_tiny.yaml [--max_steps 8000 --output_dir runs/x ...]
+python scripts/train.py --config configs/quickstart.yaml [--max_steps 8000 --output_dir runs/x ...]
 accelerate launch --config_file configs/accelerate_multi_gpu.yaml scripts/train.py --config ...
 """
 

@@ -2,9 +2,10 @@
 
 import json
 import random
-import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,8 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
     assert losses[-1] < losses[0]  # it learns
     hyperparameters = json.loads((output / "final" / "hyperparameters.json").read_text())
     assert hyperparameters["checkpoints_averaged"] == 2 and hyperparameters["label_smoothing"] == 0.1
+    for folder in ("final", "averaged", "checkpoint-40"):  # evaluation must not leak the library's defaults in
+        assert "max_length" not in json.loads((output / folder / "generation_config.json").read_text())
 
     model = AutoModelForSeq2SeqLM.from_pretrained(output / "final")
     tokenizer = AutoTokenizer.from_pretrained(output / "final")
@@ -77,36 +80,69 @@ def test_two_cpu_processes_see_different_batches_and_end_identical(tmp_path):
     assert first["weights"] == second["weights"], "DDP keeps the replicas identical"
 
 
+def train_worker(output: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(WORKER), str(output), "--max-steps", "12", "--save-steps", "4", *extra]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run(tmp_path_factory) -> dict:
+    output = tmp_path_factory.mktemp("uninterrupted")
+    assert train_worker(output).returncode == 0
+    return json.loads((output / "rank0.json").read_text())
+
+
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
-    reference = tmp_path / "uninterrupted"
-    run([sys.executable, str(WORKER), str(reference), "--max-steps", "12", "--save-steps", "4"])
-
-    interrupted = tmp_path / "interrupted"
+def test_killed_run_resumes_to_the_same_weights(tmp_path, uninterrupted_run):
     kill_at = random.Random().randint(5, 11)  # any step after the first checkpoint
-    killed = subprocess.run(
-        [
-            sys.executable,
-            str(WORKER),
-            str(interrupted),
-            "--max-steps",
-            "12",
-            "--save-steps",
-            "4",
-            "--kill-at",
-            str(kill_at),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    killed = train_worker(tmp_path, "--kill-at", str(kill_at))
     assert killed.returncode == -9, (kill_at, killed.stderr[-2000:])  # SIGKILL: no clean shutdown
-    assert not (interrupted / "rank0.json").exists()
-    run([sys.executable, str(WORKER), str(interrupted), "--max-steps", "12", "--save-steps", "4", "--resume"])
+    assert not (tmp_path / "rank0.json").exists()
+    assert train_worker(tmp_path, "--resume").returncode == 0
 
-    resumed = json.loads((interrupted / "rank0.json").read_text())
-    expected = json.loads((reference / "rank0.json").read_text())
+    resumed = json.loads((tmp_path / "rank0.json").read_text())
     assert resumed["step"] == 12
-    assert resumed["weights"] == expected["weights"], f"killed at step {kill_at}"
-    shutil.rmtree(tmp_path)
+    assert resumed["weights"] == uninterrupted_run["weights"], f"killed at step {kill_at}"
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_current_step_and_resumes_to_the_same_weights(tmp_path, uninterrupted_run):
+    term_at = random.Random().choice([5, 6, 7, 9, 10, 11])  # not a save step: only the signal saves here
+    stopped = train_worker(tmp_path, "--terminate-at", str(term_at))
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    report = json.loads((tmp_path / "rank0.json").read_text())
+    assert report["stopped_by_sigterm_at"] == report["step"] == term_at
+    state = json.loads((tmp_path / f"checkpoint-{term_at}" / "trainer_state.json").read_text())
+    assert state["global_step"] == term_at  # nothing lost: the checkpoint holds the last finished update
+
+    assert train_worker(tmp_path, "--resume").returncode == 0
+    resumed = json.loads((tmp_path / "rank0.json").read_text())
+    assert resumed["step"] == 12 and resumed["stopped_by_sigterm_at"] is None
+    assert resumed["weights"] == uninterrupted_run["weights"], f"SIGTERM at step {term_at}"
+
+
+@needs_multi30k
+@pytest.mark.slow
+def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path):
+    output = tmp_path / "run"
+    command = [sys.executable, "scripts/train.py", "--config", "configs/smoke.yaml", "--output_dir", str(output)]
+    command += ["--logging_steps", "1", "--eval_strategy", "no", "--average_last", "0", "--max_steps", "30"]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = output / "log.csv"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and log.read_text().count(",loss,") >= 3):
+        assert job.poll() is None and time.monotonic() < deadline, "training ended before it could be signalled"
+        time.sleep(0.2)
+    job.send_signal(signal.SIGTERM)
+    _, stderr = job.communicate(timeout=300)
+    assert job.returncode == 143, stderr[-3000:]
+    assert "--resume_from_checkpoint last" in stderr
+    steps = [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
+    stopped_at = steps[-1]
+    assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
+    assert not (output / "final").exists()  # it stopped; no test evaluation of a half-trained model
+
+    run([*command, "--resume_from_checkpoint", "last"])
+    steps = [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
+    assert steps == list(range(1, 31)), "every update is logged exactly once across the two runs"
+    assert json.loads((output / "test_scores.json").read_text())["global_step"] == 30

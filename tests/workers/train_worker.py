@@ -1,7 +1,8 @@
 """Trains a tiny model a few steps with the project's trainer; run directly or under `accelerate launch`.
 
 Writes `<output_dir>/rank<r>.json`: the batches this rank saw (as id tuples) and a digest of its final weights.
-With `--kill-at N` the process SIGKILLs itself after update N (a crash, not a clean stop).
+With `--kill-at N` the process SIGKILLs itself after update N (a crash, not a clean stop); with `--terminate-at N`
+it sends itself SIGTERM there (a preemption: the trainer saves a checkpoint at N and stops).
 """
 
 import argparse
@@ -17,7 +18,7 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, Train
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.tokenization import word_level_tokenizer
-from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+from hf_vanilla.training import StopOnSigtermCallback, TokenBudgetSeq2SeqTrainer
 
 
 class RecordingCollator(DataCollatorForSeq2Seq):
@@ -34,13 +35,13 @@ class RecordingCollator(DataCollatorForSeq2Seq):
         return batch
 
 
-class KillAt(TrainerCallback):
-    def __init__(self, step: int):
-        self.step = step
+class SignalAt(TrainerCallback):
+    def __init__(self, step: int, signal_number: int):
+        self.step, self.signal_number = step, signal_number
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signal_number)
 
 
 def synthetic_pairs(count: int = 160) -> Dataset:
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=12)
     parser.add_argument("--save-steps", type=int, default=4)
     parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--terminate-at", type=int)
     parser.add_argument("--resume", action="store_true")
     options = parser.parse_args()
 
@@ -99,12 +101,17 @@ def main() -> None:
         disable_tqdm=True,
         gradient_accumulation_steps=2,
     )
+    stop_on_sigterm = StopOnSigtermCallback()
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
         args=args,
         train_dataset=synthetic_pairs(),
         data_collator=RecordingCollator(word_level_tokenizer(48), model=model),
-        callbacks=[KillAt(options.kill_at)] if options.kill_at else [],
+        callbacks=[
+            *([SignalAt(options.kill_at, signal.SIGKILL)] if options.kill_at else []),
+            *([SignalAt(options.terminate_at, signal.SIGTERM)] if options.terminate_at else []),
+            stop_on_sigterm,
+        ],
         max_tokens=48,
     )
     trainer.train(resume_from_checkpoint=True if options.resume else None)
@@ -114,7 +121,12 @@ def main() -> None:
     rank = trainer.args.process_index
     Path(options.output_dir, f"rank{rank}.json").write_text(
         json.dumps(
-            {"batches": RecordingCollator.seen, "weights": digest.hexdigest(), "step": trainer.state.global_step}
+            {
+                "batches": RecordingCollator.seen,
+                "weights": digest.hexdigest(),
+                "step": trainer.state.global_step,
+                "stopped_by_sigterm_at": stop_on_sigterm.stopped_at,
+            }
         )
     )
 
