@@ -5,7 +5,9 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
+from transformers import PreTrainedModel
+
+from .loading import load_model
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:
@@ -45,7 +47,7 @@ def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
 
 def average_checkpoints(paths: list[str | Path]) -> PreTrainedModel:
     """A model (config of the last checkpoint) holding the mean weights; tied weights stay tied."""
-    model = AutoModelForSeq2SeqLM.from_pretrained(paths[-1])
+    model = load_model(paths[-1])
     averaged = average_state_dicts(paths)
     missing, unexpected = model.load_state_dict(averaged, strict=False)
     untied_missing = set(missing) - set(model.all_tied_weights_keys)  # tied copies are stored once

@@ -5,8 +5,9 @@ import signal
 import sys
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoTokenizer
 
+from .loading import load_model
 from .translation import plot_cross_attention, translate_lines
 
 
@@ -47,7 +48,7 @@ def run_translate(args: argparse.Namespace) -> None:
 
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(args.device)
+    model = load_model(args.model).to(args.device)
     source = open(args.input, encoding="utf-8") if args.input else sys.stdin
     with source:
         lines = [line.strip() for line in source]

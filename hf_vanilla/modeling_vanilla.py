@@ -70,7 +70,25 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None
     if low < 0 or high >= vocab_size:
         raise ValueError(
             f"`{name}` holds ids in [{low}, {high}], but the vocabulary is [0, {vocab_size - 1}]; the tokenizer "
-            "and the model disagree (check `len(tokenizer)` against `config.vocab_size`)."
+            "and the model disagree (check `len(tokenizer)` against `config.vocab_size`, and the "
+            "`decoder_start_token_id` given to `generate`)."
+        )
+
+
+def check_labels(labels: torch.Tensor, vocab_size: int) -> None:
+    """Labels are target ids or -100 (ignored); anything else would fail deep inside the loss."""
+    if labels.is_floating_point() or labels.dim() != 2:
+        raise ValueError(
+            f"`labels` must be integer ids of shape (batch_size, target_length), got {labels.dtype} "
+            f"{tuple(labels.shape)}."
+        )
+    if is_torchdynamo_compiling():
+        return
+    invalid = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+    if invalid.any():
+        raise ValueError(
+            f"`labels` holds {labels[invalid][0].item()}, outside the target vocabulary [0, {vocab_size - 1}]; "
+            "use -100 for positions the loss should ignore."
         )
 
 
@@ -511,6 +529,8 @@ class VanillaDecoder(VanillaStack):
             input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
         )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
+        batch_size, new_length = inputs_embeds.shape[:2]
+        check_attention_mask(attention_mask, (batch_size, past_length + new_length), "decoder_attention_mask")
 
         causal_mask = create_causal_mask(
             config=self.config,
@@ -659,6 +679,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             accumulation), else averaged over the valid tokens.
         """
         if labels is not None:
+            check_labels(labels, self.config.decoder_vocab_size)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

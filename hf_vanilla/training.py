@@ -32,6 +32,7 @@ from transformers import (
 from .averaging import average_checkpoints, checkpoint_folders
 from .configuration_vanilla import VanillaTransformerConfig
 from .data import load_parallel_corpus
+from .loading import load_model
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 from .pipeline_vanilla import check_tokenizer_matches_model
 from .tokenization import train_bpe_tokenizer
@@ -444,7 +445,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
 
     trainer.accelerator.wait_for_everyone()
     if recipe.average_last and (output_dir / "averaged").is_dir():  # every rank evaluates the averaged weights
-        averaged = VanillaTransformerForConditionalGeneration.from_pretrained(output_dir / "averaged")
+        averaged = load_model(output_dir / "averaged")
         trainer.model.load_state_dict(averaged.state_dict())
     test = trainer.predict(
         tokenized["test"], num_beams=recipe.test_num_beams, max_length=training_args.generation_max_length

@@ -10,10 +10,11 @@ Then, with `pip install ctranslate2`:
 
 import argparse
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
 from hf_vanilla.export import export_ctranslate2
+from hf_vanilla.loading import load_model
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
     parser.add_argument("--quantization", help="int8, int8_float32, int8_float16, float16, bfloat16, ...")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output folder")
     args = parser.parse_args()
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    model = load_model(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     print(export_ctranslate2(model, tokenizer, args.output, quantization=args.quantization, force=args.force))
 

@@ -9,9 +9,10 @@
 import argparse
 import sys
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
+from hf_vanilla.loading import load_model
 from hf_vanilla.publishing import (
     DEFAULT_TEMPLATE,
     CardInfo,
@@ -52,7 +53,7 @@ def main() -> None:
         hyperparameters=load_hyperparameters(args.hyperparameters),
         **({"datasets": args.dataset} if args.dataset else {}),
     )
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    model = load_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.dry_run:
         print("\n".join(dry_run(model, tokenizer, card, template_path=args.card_template)))
