@@ -653,6 +653,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.generation_config.num_beams = 4  # §6.1: beam size 4 and length penalty 0.6
         self.generation_config.length_penalty = 0.6
 
+    @staticmethod
+    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        """Beam search moves hypotheses only among the beams of one source, which share its encoder output: the
+        cross-attention keys and values are the same in every beam, so only the self-attention cache is reordered
+        (the library's `EncoderDecoderCache.reorder_cache` also copies the cross-attention half at every step)."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq(model=...)` to build teacher-forcing inputs."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -123,3 +123,8 @@ def test_final_logits_bias_is_added_and_generation_stops_at_eos():
     input_ids, attention_mask = padded_batch([[5, 6, EOS]])
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10, **GREEDY)
     assert out.tolist() == [[BOS, EOS]]
+
+
+def test_long_beam_search_matches_uncached_with_the_cross_attention_cache_left_in_place(model, inputs):
+    long_beam = dict(num_beams=3, do_sample=False, min_new_tokens=60, max_new_tokens=60)
+    assert torch.equal(model.generate(**inputs, **long_beam), model.generate(**inputs, **long_beam, use_cache=False))
