@@ -6,11 +6,14 @@ so both compute the same function and generate the same tokens. CTranslate2 (flo
 is a third column when installed.
 """
 
+import gc
 import json
+import multiprocessing
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import psutil
@@ -179,6 +182,34 @@ def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> floa
     return (max(peak, process.memory_info().rss) - baseline) / 2**20
 
 
+def _generation_peak_in_this_process(name: str, preset: str, dtype: str, threads: int, num_beams: int) -> float:
+    torch.set_num_threads(threads)
+    models = dict(zip(("ours", "marian"), build_models(preset, "cpu", getattr(torch, dtype)), strict=True))
+    model = models.pop(name)
+    del models
+    gc.collect()
+    vocab = PRESETS[preset]["vocab"]
+    run = generation_runs({name: model}, source_batch(16, 32, vocab, "cpu"), 64, num_beams)[name]
+    return peak_rss_increase(run)
+
+
+def fresh_process_peak_rss(preset: str, dtype: str, repeats: int = 5, num_beams: int = 4) -> dict[str, list[float]]:
+    """Peak RSS increase (MiB) of one generation call, each model in its own fresh process, alternating.
+
+    In a process that has already generated, the allocator reuses memory it holds and the increase reads ~0; a
+    fresh process per measurement sees what a first call really claims. CPU only (RSS is host memory)."""
+    peaks = {"ours": [], "marian": []}
+    context = multiprocessing.get_context("spawn")
+    for _ in range(repeats):
+        for name in peaks:
+            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                job = pool.submit(
+                    _generation_peak_in_this_process, name, preset, dtype, torch.get_num_threads(), num_beams
+                )
+                peaks[name].append(job.result())
+    return peaks
+
+
 def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str):
     """A float32 CTranslate2 export of our model, translating the same ids; None without ctranslate2."""
     try:
@@ -257,9 +288,23 @@ def run_benchmark(preset: str, device: str, dtype: torch.dtype, repeats: int, wi
                 )
             )
 
-    generation = generation_runs(models, source_batch(batch, length, vocab, device), new_tokens, 4)
-    memory = {name: [peak_rss_increase(fn) for _ in range(3)] for name, fn in generation.items()}
-    results.append(Measurement("peak RSS increase, beam 4 generation", "MiB", memory["ours"], memory["marian"]))
+    if device == "cpu":
+        memory = fresh_process_peak_rss(preset, str(dtype).replace("torch.", ""))
+        results.append(
+            Measurement(
+                "peak RSS increase, beam 4 generation (fresh process each)", "MiB", memory["ours"], memory["marian"]
+            )
+        )
+    else:
+        peaks = {}
+        for name, fn in generation_runs(models, source_batch(batch, length, vocab, device), new_tokens, 4).items():
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            fn()
+            peaks[name] = [(torch.cuda.max_memory_allocated() - before) / 2**20]
+        results.append(
+            Measurement("peak GPU memory increase, beam 4 generation", "MiB", peaks["ours"], peaks["marian"])
+        )
 
     return {
         "preset": preset,
@@ -271,6 +316,23 @@ def run_benchmark(preset: str, device: str, dtype: torch.dtype, repeats: int, wi
         "torch": torch.__version__,
         "results": [m.row() for m in results],
     }
+
+
+def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
+    """torch.profiler's table of the operators that take the time in one generation call, for each model."""
+    from torch.profiler import ProfilerActivity, profile
+
+    models = dict(zip(("ours", "marian"), build_models(preset, "cpu", torch.float32), strict=True))
+    runs = generation_runs(models, source_batch(16, 32, PRESETS[preset]["vocab"], "cpu"), 64, num_beams)
+    tables = []
+    for name, run in runs.items():
+        run()  # warm-up
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+            run()
+        averages = profiler.key_averages(group_by_input_shape=True)
+        table = averages.table(sort_by="self_cpu_time_total", row_limit=row_limit, max_name_column_width=32)
+        tables.append(f"## {name}, {num_beams} beam(s)\n{table}")
+    return "\n".join(tables)
 
 
 def markdown_table(report: dict) -> str:

@@ -107,13 +107,12 @@ def check_attention_mask(attention_mask: torch.Tensor | None, input_shape: torch
 class VanillaGrowingCacheLayer(DynamicLayer):
     """A `DynamicLayer` that appends in place. `DynamicLayer` allocates and fills a new tensor (`torch.cat`) for
     every generated token, copying the whole cache each time; here keys and values live in buffers with spare room
-    (grown by half when full) and `keys` / `values` are views of the filled part. Beam search reorders into a
-    second pair of buffers and swaps them. The values are the same; only the copying goes away."""
+    (grown by half when full) and `keys` / `values` are views of the filled part. The values are the same; only
+    the copying goes away."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch, heads, capacity, head_dim] each
-        self._spare_buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _owns_views(self) -> bool:
         # `crop`, `batch_select_indices`, `reset`, ... inherited from `DynamicLayer` replace `keys` with another
@@ -129,7 +128,7 @@ class VanillaGrowingCacheLayer(DynamicLayer):
         if filled:
             buffers[0][:, :, :filled] = self.keys
             buffers[1][:, :, :filled] = self.values
-        self._buffers, self._spare_buffers = buffers, None
+        self._buffers = buffers
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
@@ -149,14 +148,10 @@ class VanillaGrowingCacheLayer(DynamicLayer):
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if not self.is_initialized or not self._owns_views():
             return super().reorder_cache(beam_idx)
-        if self._spare_buffers is None:
-            self._spare_buffers = tuple(torch.empty_like(buffer) for buffer in self._buffers)
         end = self.get_seq_length()
         beam_idx = beam_idx.to(self.keys.device)
-        for source, target in zip(self._buffers, self._spare_buffers, strict=True):
-            torch.index_select(source[:, :, :end], 0, beam_idx, out=target[:, :, :end])
-        self._buffers, self._spare_buffers = self._spare_buffers, self._buffers
-        self.keys, self.values = self._buffers[0][:, :, :end], self._buffers[1][:, :, :end]
+        for buffer in self._buffers:  # gathered, then written back: no second pair of buffers held in memory
+            buffer[:, :, :end] = buffer[:, :, :end].index_select(0, beam_idx)
 
 
 def growing_cache(num_layers: int) -> DynamicCache:

@@ -2,6 +2,7 @@
 
 python scripts/benchmark.py --preset small --threads 2 --repeats 5 --json runs/benchmark_small.json
 python scripts/benchmark.py --preset base --device cuda --dtype bfloat16
+python scripts/benchmark.py --preset small --threads 2 --profile 4   # where the time goes (torch.profiler)
 """
 
 import argparse
@@ -9,7 +10,7 @@ import tempfile
 
 import torch
 
-from hf_vanilla.benchmarking import PRESETS, markdown_table, run_benchmark, save_report
+from hf_vanilla.benchmarking import PRESETS, markdown_table, profile_generation, run_benchmark, save_report
 
 
 def main() -> None:
@@ -21,9 +22,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-ctranslate2", action="store_true", help="skip the CTranslate2 column")
     parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument("--profile", type=int, metavar="BEAMS", help="only print torch.profiler tables (CPU)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.profile:
+        print(profile_generation(args.preset, args.profile))
+        return
     with tempfile.TemporaryDirectory() as ct2_dir:
         report = run_benchmark(
             args.preset, args.device, getattr(torch, args.dtype), args.repeats, not args.no_ctranslate2, ct2_dir
