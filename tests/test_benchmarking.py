@@ -1,0 +1,20 @@
+"""The benchmark compares like with like: the same function, the same tokens, and a memory figure that is real."""
+
+import torch
+
+from hf_vanilla.benchmarking import Measurement, build_models, generation_runs, markdown_table, source_batch
+
+
+def test_both_models_generate_the_same_tokens():
+    ours, marian = build_models("small", "cpu", torch.float32)
+    for mixed, beams in ((False, 1), (True, 4)):
+        runs = generation_runs({"ours": ours, "marian": marian}, source_batch(4, 12, 8000, "cpu", mixed), 8, beams)
+        assert torch.equal(runs["ours"](), runs["marian"]())
+
+
+def test_report_ratio_and_direction():
+    row = Measurement("generation", "tokens/s", ours=[300.0, 310.0, 320.0], marian=[200.0, 200.0, 210.0]).row()
+    assert row["ratio"] == 310.0 / 200.0 and row["better"] == "higher"
+    table = markdown_table({"results": [row]})
+    expected = "| generation | tokens/s | 310.00 [300.00–320.00] | 200.00 [200.00–210.00] | 1.55 (higher is better)"
+    assert expected in table
