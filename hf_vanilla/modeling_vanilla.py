@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -99,67 +99,6 @@ def check_attention_mask(attention_mask: torch.Tensor | None, input_shape: torch
             f"`{name}` has shape {tuple(attention_mask.shape)} but the sequence it masks has shape "
             f"{tuple(input_shape)}; they must be equal."
         )
-
-
-# Key-value cache for incremental decoding
-
-
-class VanillaGrowingCacheLayer(DynamicLayer):
-    """A `DynamicLayer` that appends in place. `DynamicLayer` allocates and fills a new tensor (`torch.cat`) for
-    every generated token, copying the whole cache each time; here keys and values live in buffers with spare room
-    (grown by half when full) and `keys` / `values` are views of the filled part. The values are the same; only
-    the copying goes away."""
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch, heads, capacity, head_dim] each
-
-    def _owns_views(self) -> bool:
-        # `crop`, `batch_select_indices`, `reset`, ... inherited from `DynamicLayer` replace `keys` with another
-        # tensor; the next update then adopts that tensor into fresh buffers.
-        return self._buffers is not None and self.keys.data_ptr() == self._buffers[0].data_ptr()
-
-    def _allocate(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
-        filled = self.get_seq_length()
-        capacity = max(length, filled + filled // 2, 16)
-        buffers = tuple(
-            states.new_empty(*states.shape[:2], capacity, states.shape[-1]) for states in (key_states, value_states)
-        )
-        if filled:
-            buffers[0][:, :, :filled] = self.keys
-            buffers[1][:, :, :filled] = self.values
-        self._buffers = buffers
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start = self.get_seq_length()
-        end = start + key_states.shape[-2]
-        if not self._owns_views() or end > self._buffers[0].shape[-2]:
-            self._allocate(key_states, value_states, end)
-        keys, values = self._buffers
-        keys[:, :, start:end] = key_states
-        values[:, :, start:end] = value_states
-        self.keys, self.values = keys[:, :, :end], values[:, :, :end]
-        return self.keys, self.values
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        if not self.is_initialized or not self._owns_views():
-            return super().reorder_cache(beam_idx)
-        end = self.get_seq_length()
-        beam_idx = beam_idx.to(self.keys.device)
-        for buffer in self._buffers:  # gathered, then written back: no second pair of buffers held in memory
-            buffer[:, :, :end] = buffer[:, :, :end].index_select(0, beam_idx)
-
-
-def growing_cache(num_layers: int) -> DynamicCache:
-    """A `DynamicCache` of `VanillaGrowingCacheLayer`s: the decoder's self-attention cache."""
-    cache = DynamicCache()
-    cache.layers = [VanillaGrowingCacheLayer() for _ in range(num_layers)]
-    cache.layer_class_to_replicate = None
-    return cache
 
 
 # §3.5 Positional Encoding
@@ -584,7 +523,7 @@ class VanillaDecoder(VanillaStack):
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends over the source: pass `encoder_hidden_states` [batch, src_len, d].")
         if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(growing_cache(len(self.layers)), DynamicCache(config=self.config))
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         inputs_embeds, hidden_states = self.embed(
             input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
@@ -713,20 +652,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.post_init()
         self.generation_config.num_beams = 4  # §6.1: beam size 4 and length penalty 0.6
         self.generation_config.length_penalty = 0.6
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
-        """The library's cache, with the self-attention half swapped for one that grows in place when `generate`
-        builds a plain dynamic cache itself (a cache passed in by the caller is left as it is)."""
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("past_key_values")
-        if (
-            isinstance(cache, EncoderDecoderCache)
-            and type(cache.self_attention_cache) is DynamicCache
-            and not getattr(cache, "_is_user_defined", False)
-            and not cache.self_attention_cache.offloading
-            and cache.get_seq_length() == 0
-        ):
-            cache.self_attention_cache = growing_cache(self.config.decoder_layers)
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
