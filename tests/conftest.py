@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import read_lines
@@ -53,6 +54,25 @@ def padded_batch(rows: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, t
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1
     return ids, mask
+
+
+def decode_step_by_step(model, input_ids, attention_mask, decoder_input_ids):
+    """Logits [B, T, V] from feeding `decoder_input_ids` one token at a time through a KV cache, and the cache."""
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        steps = []
+        for t in range(decoder_input_ids.shape[1]):
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids[:, t : t + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            steps.append(out.logits)
+    return torch.cat(steps, dim=1), cache
 
 
 @pytest.fixture

@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .conftest import BOS, EOS, PAD, make_model, padded_batch
+from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
 
 GREEDY = dict(num_beams=1, do_sample=False)
@@ -58,21 +57,9 @@ def test_step_by_step_equals_one_forward(attn_implementation, source_batch):
     decoder_input_ids = torch.tensor([[BOS, 7, 8, 9, 10, 11], [BOS, 12, 13, 14, 15, 16], [BOS, 3, 4, 5, 6, 7]])
     with torch.no_grad():
         full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
-        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        steps = []
-        for t in range(decoder_input_ids.shape[1]):
-            out = model(
-                encoder_outputs=encoder_outputs,
-                attention_mask=attention_mask,
-                decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            steps.append(out.logits)
+    steps, cache = decode_step_by_step(model, input_ids, attention_mask, decoder_input_ids)
     assert cache.get_seq_length() == decoder_input_ids.shape[1]
-    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+    assert (steps - full).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize("mode", [GREEDY, dict(num_beams=4, do_sample=False)], ids=["greedy", "beam4"])

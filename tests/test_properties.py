@@ -4,16 +4,16 @@ every dtype and attention implementation, cached == uncached decoding, padded ba
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+from .conftest import BOS, PAD, decode_step_by_step
 
 
 # Derandomized: CI explores the same examples every run, so a failure reproduces; raise max_examples locally.
 PROPERTY_SETTINGS = settings(
     max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
-PAD, BOS, EOS = 0, 1, 2
 
 
 @st.composite
@@ -110,20 +110,8 @@ def test_cached_decoding_equals_one_forward(config, seed, attn_implementation, d
     )
     with torch.no_grad():
         full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids).logits
-        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        cached = []
-        for t in range(decoder_ids.shape[1]):
-            out = model(
-                encoder_outputs=encoder_outputs,
-                attention_mask=attention_mask,
-                decoder_input_ids=decoder_ids[:, t : t + 1],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            cached.append(out.logits)
-    torch.testing.assert_close(torch.cat(cached, dim=1), full, rtol=1e-4, atol=1e-5)
+    cached, _ = decode_step_by_step(model, input_ids, attention_mask, decoder_ids)
+    torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-5)
     generate = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=5)
     assert torch.equal(model.generate(**generate, use_cache=True), model.generate(**generate, use_cache=False))
 
