@@ -59,7 +59,8 @@ class Measurement:
         return result
 
 
-def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0):
+def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.nn.Module]:
+    """{"ours": ..., "marian": ...}: a random MarianMT model and ours converted from it, in eval mode."""
     shape = PRESETS[preset]
     config = MarianConfig(
         vocab_size=shape["vocab"],
@@ -82,7 +83,7 @@ def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0):
     torch.manual_seed(seed)
     marian = MarianMTModel(config)
     ours = convert_marian(marian)
-    return ours.to(device, dtype).eval(), marian.to(device, dtype).eval()
+    return {"ours": ours.to(device, dtype).eval(), "marian": marian.to(device, dtype).eval()}
 
 
 def source_batch(batch: int, length: int, vocab: int, device: str, mixed: bool = False, seed: int = 0):
@@ -184,7 +185,7 @@ def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> floa
 
 def _generation_peak_in_this_process(name: str, preset: str, dtype: str, threads: int, num_beams: int) -> float:
     torch.set_num_threads(threads)
-    models = dict(zip(("ours", "marian"), build_models(preset, "cpu", getattr(torch, dtype)), strict=True))
+    models = build_models(preset, "cpu", getattr(torch, dtype))
     model = models.pop(name)
     del models
     gc.collect()
@@ -240,9 +241,9 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
 
 
 def run_benchmark(preset: str, device: str, dtype: torch.dtype, repeats: int, with_ct2: bool, ct2_dir: str) -> dict:
-    ours, marian = build_models(preset, device, dtype)
+    models = build_models(preset, device, dtype)
+    ours = models["ours"]
     vocab = PRESETS[preset]["vocab"]
-    models = {"ours": ours, "marian": marian}
     results: list[Measurement] = []
     batch, length, new_tokens = 16, 32, 64
     tokens_generated = batch * new_tokens
@@ -322,7 +323,7 @@ def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
     """torch.profiler's table of the operators that take the time in one generation call, for each model."""
     from torch.profiler import ProfilerActivity, profile
 
-    models = dict(zip(("ours", "marian"), build_models(preset, "cpu", torch.float32), strict=True))
+    models = build_models(preset, "cpu", torch.float32)
     runs = generation_runs(models, source_batch(16, 32, PRESETS[preset]["vocab"], "cpu"), 64, num_beams)
     tables = []
     for name, run in runs.items():

@@ -6,9 +6,9 @@ from hf_vanilla.benchmarking import Measurement, build_models, generation_runs, 
 
 
 def test_both_models_generate_the_same_tokens():
-    ours, marian = build_models("small", "cpu", torch.float32)
+    models = build_models("small", "cpu", torch.float32)
     for mixed, beams in ((False, 1), (True, 4)):
-        runs = generation_runs({"ours": ours, "marian": marian}, source_batch(4, 12, 8000, "cpu", mixed), 8, beams)
+        runs = generation_runs(models, source_batch(4, 12, 8000, "cpu", mixed), 8, beams)
         assert torch.equal(runs["ours"](), runs["marian"]())
 
 
