@@ -122,6 +122,12 @@ def sinusoidal_position_table(num_positions: int, dim: int, layout: str = "inter
     return table
 
 
+def position_range(past_length: torch.Tensor, seq_length: int) -> torch.Tensor:
+    """Positions `past_length ... past_length + seq_length - 1` when a static cache counts its length in a 0-d
+    tensor (so that `torch.compile` does not recompile at every step); the table was sized by `reserve`."""
+    return past_length + torch.arange(seq_length, device=past_length.device)
+
+
 class VanillaSinusoidalPositionalEmbedding(nn.Module):
     """Fixed sinusoids (§3.5). The table is a non-persistent buffer: never saved, rebuilt by `_init_weights`."""
 
@@ -135,8 +141,16 @@ class VanillaSinusoidalPositionalEmbedding(nn.Module):
         num_positions, dim = self.weight.shape
         return sinusoidal_position_table(num_positions, dim, self.layout)
 
-    def forward(self, past_length: int, seq_length: int) -> torch.Tensor:
+    def reserve(self, num_positions: int) -> None:
+        """Extend the table to `num_positions` ahead of a static cache, which counts positions in a tensor."""
+        if num_positions > self.weight.shape[0]:
+            table = sinusoidal_position_table(num_positions, self.weight.shape[1], self.layout)
+            self.weight = table.to(device=self.weight.device, dtype=self.weight.dtype)
+
+    def forward(self, past_length: int | torch.Tensor, seq_length: int) -> torch.Tensor:
         """Encodings of positions `past_length ... past_length + seq_length - 1`, shape [seq_length, d_model]."""
+        if isinstance(past_length, torch.Tensor):
+            return self.weight[position_range(past_length, seq_length)]
         end = past_length + seq_length
         if end <= self.weight.shape[0]:
             return self.weight[past_length:end]
@@ -151,13 +165,23 @@ class VanillaLearnedPositionalEmbedding(nn.Embedding):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config.max_position_embeddings, config.d_model)
 
-    def forward(self, past_length: int, seq_length: int) -> torch.Tensor:
-        end = past_length + seq_length
-        if end > self.num_embeddings:
+    def reserve(self, num_positions: int) -> None:
+        """Refuse, before generation starts, a static cache longer than the learned table."""
+        self._check_covers(num_positions, what="A static cache of this size")
+
+    def _check_covers(self, num_positions: int, what: str) -> None:
+        if num_positions > self.num_embeddings:
             raise ValueError(
-                f"Sequence needs positions up to {end - 1}, but learned position embeddings cover only "
-                f"{self.num_embeddings} (`config.max_position_embeddings`); shorten or split the input."
+                f"{what} needs positions up to {num_positions - 1}, but learned position embeddings cover only "
+                f"{self.num_embeddings} (`config.max_position_embeddings`); shorten or split the input, or lower "
+                "`max_length` / `max_new_tokens`."
             )
+
+    def forward(self, past_length: int | torch.Tensor, seq_length: int) -> torch.Tensor:
+        if isinstance(past_length, torch.Tensor):
+            return self.weight[position_range(past_length, seq_length)]
+        end = past_length + seq_length
+        self._check_covers(end, what="Sequence")
         return self.weight[past_length:end]
 
 
@@ -525,12 +549,16 @@ class VanillaDecoder(VanillaStack):
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_key_values is not None and past_key_values.is_compileable:  # a static cache, sized ahead
+            self.embed_positions.reserve(past_key_values.self_attention_cache.get_max_length())
         inputs_embeds, hidden_states = self.embed(
             input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
         )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
         batch_size, new_length = inputs_embeds.shape[:2]
-        check_attention_mask(attention_mask, (batch_size, past_length + new_length), "decoder_attention_mask")
+        if attention_mask is not None and not is_torchdynamo_compiling():
+            total_length = int(past_length) + new_length  # a static cache's length is a tensor
+            check_attention_mask(attention_mask, (batch_size, total_length), "decoder_attention_mask")
 
         causal_mask = create_causal_mask(
             config=self.config,

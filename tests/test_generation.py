@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from transformers import CompileConfig
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
@@ -115,3 +116,38 @@ def test_final_logits_bias_is_added_and_generation_stops_at_eos():
 def test_long_beam_search_matches_uncached_with_the_cross_attention_cache_left_in_place(model, inputs):
     long_beam = dict(num_beams=3, do_sample=False, min_new_tokens=60, max_new_tokens=60)
     assert torch.equal(model.generate(**inputs, **long_beam), model.generate(**inputs, **long_beam, use_cache=False))
+
+
+def compile_everywhere(backend: str) -> CompileConfig:
+    """What `generate` uses with a static cache on a GPU, here on the CPU too (transformers' own tests do this)."""
+    config = CompileConfig(fullgraph=True, dynamic=False, backend=backend)
+    config._compile_all_devices = True
+    return config
+
+
+@pytest.mark.parametrize("mode", [GREEDY, SAMPLE], ids=["greedy", "sampling"])  # beam search never compiles
+def test_compiled_static_cache_generation_equals_eager(model, inputs, mode):
+    # fullgraph=True fails on any graph break, so this also proves the decoding step traces as one graph (the
+    # static cache's length is a tensor: positions and checks must not turn it into a Python number).
+    torch._dynamo.reset()
+    eager = generate(model, inputs, **mode)
+    compiled = generate(
+        model, inputs, cache_implementation="static", compile_config=compile_everywhere("inductor"), **mode
+    )
+    assert torch.equal(eager, compiled)
+
+
+@pytest.mark.parametrize("position_embedding_type", ["sinusoidal", "learned"])
+def test_static_cache_longer_than_the_position_table(position_embedding_type, source_batch):
+    model = make_model(
+        seed=3, init_std=1.0, position_embedding_type=position_embedding_type, max_position_embeddings=8
+    )
+    inputs = dict(zip(["input_ids", "attention_mask"], source_batch, strict=True))
+    if position_embedding_type == "learned":  # the cache is sized before the first step: refused there
+        with pytest.raises(ValueError, match="static cache.*max_position_embeddings"):
+            generate(model, inputs, cache_implementation="static", **GREEDY)
+        return
+    # Sinusoids extrapolate: the table grows to the cache's size, and the result is the dynamic cache's.
+    dynamic = generate(model, inputs, **GREEDY)
+    assert torch.equal(generate(model, inputs, cache_implementation="static", **GREEDY), dynamic)
+    assert model.model.decoder.embed_positions.weight.shape[0] > 8  # grew to the cache, not cut the output
