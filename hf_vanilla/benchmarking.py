@@ -6,9 +6,11 @@ so both compute the same function and generate the same tokens. CTranslate2 (flo
 is a third column when installed.
 """
 
+import contextlib
 import gc
 import json
 import multiprocessing
+import os
 import statistics
 import threading
 import time
@@ -170,10 +172,33 @@ def training_runs(models, batch: int, source_length: int, target_length: int, vo
     return {name: (lambda n=name: step(n)) for name in models}
 
 
+def _kernel_peak_rss() -> int | None:
+    """The kernel's exact high-water mark of resident memory (bytes), after resetting it; None where unavailable."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:  # "5" resets VmHWM to the current RSS (Linux >= 4.0)
+            handle.write("5")
+    except OSError:
+        return None
+    return _read_vm_hwm()
+
+
+def _read_vm_hwm() -> int:
+    with open("/proc/self/status") as handle:
+        line = next(line for line in handle if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
 def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> float:
-    """Peak resident memory (MiB) above the level before `fn`, sampled by a background thread."""
+    """Peak resident memory (MiB) of `fn` above the level before it.
+
+    On Linux the kernel keeps the exact peak (VmHWM, reset first); elsewhere a background thread samples RSS every
+    `interval` seconds, which can miss short spikes."""
     process = psutil.Process()
+    gc.collect()
     baseline = process.memory_info().rss
+    if _kernel_peak_rss() is not None:
+        fn()
+        return (_read_vm_hwm() - baseline) / 2**20
     peak = baseline
     done = threading.Event()
 
@@ -204,20 +229,44 @@ def _generation_peak_in_this_process(name: str, preset: str, dtype: str, threads
     return peak_rss_increase(run)
 
 
-def fresh_process_peak_rss(preset: str, dtype: str, repeats: int = 5, num_beams: int = 4) -> dict[str, list[float]]:
+# glibc returns every block above 128 KiB to the system at once instead of keeping freed memory for reuse: the peak
+# then shows what the model itself holds at its fullest, not where the allocator's adaptive thresholds happened to be.
+EXACT_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    saved = {key: os.environ.get(key) for key in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
+
+
+def fresh_process_peak_rss(
+    preset: str, dtype: str, repeats: int = 5, num_beams: int = 4, exact_allocator: bool = False
+) -> dict[str, list[float]]:
     """Peak RSS increase (MiB) of one generation call, each model in its own fresh process, alternating.
 
     In a process that has already generated, the allocator reuses memory it holds and the increase reads ~0; a
-    fresh process per measurement sees what a first call really claims. CPU only (RSS is host memory)."""
+    fresh process per measurement sees what a first call really claims. With the default allocator the figure
+    also moves with glibc's adaptive thresholds (+-10 MiB run to run); `exact_allocator` pins them
+    (`EXACT_ALLOCATOR_ENV`) for a repeatable comparison of the models. CPU only (RSS is host memory)."""
     peaks = {"ours": [], "marian": []}
     context = multiprocessing.get_context("spawn")
-    for _ in range(repeats):
-        for name in peaks:
-            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                job = pool.submit(
-                    _generation_peak_in_this_process, name, preset, dtype, torch.get_num_threads(), num_beams
-                )
-                peaks[name].append(job.result())
+    with _environment(EXACT_ALLOCATOR_ENV if exact_allocator else {}):
+        for _ in range(repeats):
+            for name in peaks:
+                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                    job = pool.submit(
+                        _generation_peak_in_this_process, name, preset, dtype, torch.get_num_threads(), num_beams
+                    )
+                    peaks[name].append(job.result())
     return peaks
 
 
@@ -317,12 +366,16 @@ def run_benchmark(
             )
 
     if device == "cpu":
-        memory = fresh_process_peak_rss(preset, str(dtype).replace("torch.", ""))
-        results.append(
-            Measurement(
-                "peak RSS increase, beam 4 generation (fresh process each)", "MiB", memory["ours"], memory["marian"]
+        for exact, allocator in ((False, "default allocator"), (True, "glibc caching off")):
+            memory = fresh_process_peak_rss(preset, str(dtype).replace("torch.", ""), exact_allocator=exact)
+            results.append(
+                Measurement(
+                    f"peak RSS increase, beam 4 generation (fresh process each, {allocator})",
+                    "MiB",
+                    memory["ours"],
+                    memory["marian"],
+                )
             )
-        )
     else:
         peaks = {}
         for name, fn in generation_runs(models, source_batch(batch, length, vocab, device), new_tokens, 4).items():

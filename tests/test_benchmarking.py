@@ -2,7 +2,14 @@
 
 import torch
 
-from hf_vanilla.benchmarking import Measurement, build_models, generation_runs, markdown_table, source_batch
+from hf_vanilla.benchmarking import (
+    Measurement,
+    build_models,
+    generation_runs,
+    markdown_table,
+    peak_rss_increase,
+    source_batch,
+)
 
 
 def test_both_models_generate_the_same_tokens():
@@ -18,3 +25,11 @@ def test_report_ratio_and_direction():
     table = markdown_table({"results": [row]})
     expected = "| generation | tokens/s | 310.00 [300.00–320.00] | 200.00 [200.00–210.00] | 1.55 (higher is better)"
     assert expected in table
+
+
+def test_peak_memory_sees_a_block_that_is_already_freed():
+    def spike():
+        block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written, then released before returning
+        del block
+
+    assert 60 <= peak_rss_increase(spike) <= 72
