@@ -172,14 +172,15 @@ def training_runs(models, batch: int, source_length: int, target_length: int, vo
     return {name: (lambda n=name: step(n)) for name in models}
 
 
-def _kernel_peak_rss() -> int | None:
-    """The kernel's exact high-water mark of resident memory (bytes), after resetting it; None where unavailable."""
+def _reset_kernel_peak_rss() -> bool:
+    """Reset the kernel's exact high-water mark of resident memory (VmHWM) to the current RSS; False where the
+    kernel does not offer it (not Linux, or Linux < 4.0)."""
     try:
-        with open("/proc/self/clear_refs", "w") as handle:  # "5" resets VmHWM to the current RSS (Linux >= 4.0)
+        with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
     except OSError:
-        return None
-    return _read_vm_hwm()
+        return False
+    return True
 
 
 def _read_vm_hwm() -> int:
@@ -196,7 +197,7 @@ def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> floa
     process = psutil.Process()
     gc.collect()
     baseline = process.memory_info().rss
-    if _kernel_peak_rss() is not None:
+    if _reset_kernel_peak_rss():
         fn()
         return (_read_vm_hwm() - baseline) / 2**20
     peak = baseline
@@ -300,7 +301,13 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
 
 
 def run_benchmark(
-    preset: str, device: str, dtype: torch.dtype, repeats: int, with_ct2: bool, ct2_dir: str, compile: bool = False
+    preset: str,
+    device: str,
+    dtype: torch.dtype,
+    repeats: int,
+    with_ct2: bool,
+    ct2_dir: str,
+    with_compile: bool = False,
 ) -> dict:
     models = build_models(preset, device, dtype)
     ours = models["ours"]
@@ -325,7 +332,7 @@ def run_benchmark(
             )
         )
 
-    if compile:  # the first (warm-up) call compiles; the timed calls reuse the compiled step
+    if with_compile:  # the first (warm-up) call compiles; the timed calls reuse the compiled step
         runs = generation_runs(
             models, source_batch(batch, length, vocab, device), new_tokens, 1, **static_cache_and_compile()
         )

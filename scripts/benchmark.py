@@ -40,7 +40,7 @@ def main() -> None:
             args.repeats,
             not args.no_ctranslate2,
             ct2_dir,
-            compile=args.compile,
+            with_compile=args.compile,
         )
     print(
         f"preset {args.preset} {report['shape']}, {args.device} {args.dtype}, {report['threads']} threads, "

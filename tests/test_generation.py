@@ -2,7 +2,9 @@
 
 import pytest
 import torch
-from transformers import CompileConfig
+from torch._dynamo.utils import counters
+
+from hf_vanilla.benchmarking import static_cache_and_compile
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
@@ -118,22 +120,15 @@ def test_long_beam_search_matches_uncached_with_the_cross_attention_cache_left_i
     assert torch.equal(model.generate(**inputs, **long_beam), model.generate(**inputs, **long_beam, use_cache=False))
 
 
-def compile_everywhere(backend: str) -> CompileConfig:
-    """What `generate` uses with a static cache on a GPU, here on the CPU too (transformers' own tests do this)."""
-    config = CompileConfig(fullgraph=True, dynamic=False, backend=backend)
-    config._compile_all_devices = True
-    return config
-
-
 @pytest.mark.parametrize("mode", [GREEDY, SAMPLE], ids=["greedy", "sampling"])  # beam search never compiles
 def test_compiled_static_cache_generation_equals_eager(model, inputs, mode):
     # fullgraph=True fails on any graph break, so this also proves the decoding step traces as one graph (the
     # static cache's length is a tensor: positions and checks must not turn it into a Python number).
     torch._dynamo.reset()
+    counters.clear()
     eager = generate(model, inputs, **mode)
-    compiled = generate(
-        model, inputs, cache_implementation="static", compile_config=compile_everywhere("inductor"), **mode
-    )
+    compiled = generate(model, inputs, **static_cache_and_compile(), **mode)
+    assert counters["stats"]["unique_graphs"] >= 1  # the step really ran compiled
     assert torch.equal(eager, compiled)
 
 
