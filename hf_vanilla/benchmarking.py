@@ -316,34 +316,21 @@ def run_benchmark(
     batch, length, new_tokens = 16, 32, 64
     tokens_generated = batch * new_tokens
 
-    for label, mixed, beams in (("greedy", False, 1), ("beam 4", False, 4), ("greedy, padded mixed lengths", True, 1)):
+    cases = [("greedy", False, 1, {}), ("beam 4", False, 4, {}), ("greedy, padded mixed lengths", True, 1, {})]
+    if with_compile:  # the warm-up call compiles; the timed calls reuse the compiled step
+        cases.append(("greedy, static cache + torch.compile", False, 1, static_cache_and_compile()))
+    for label, mixed, beams, speed_path in cases:
         inputs = source_batch(batch, length, vocab, device, mixed=mixed)
-        runs = generation_runs(models, inputs, new_tokens, beams)
-        ct2 = (
-            ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, ct2_dir) if with_ct2 and device == "cpu" else None
-        )
-        if ct2 is not None:
-            runs["ct2"] = ct2
+        runs = generation_runs(models, inputs, new_tokens, beams, **speed_path)
+        if with_ct2 and device == "cpu" and not speed_path:
+            ct2 = ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, ct2_dir)
+            if ct2 is not None:
+                runs["ct2"] = ct2
         seconds = alternate(runs, repeats, device)
         rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
         results.append(
             Measurement(
                 f"generation {label}: 16 x 32 -> 64 new", "tokens/s", rate["ours"], rate["marian"], rate.get("ct2")
-            )
-        )
-
-    if with_compile:  # the first (warm-up) call compiles; the timed calls reuse the compiled step
-        runs = generation_runs(
-            models, source_batch(batch, length, vocab, device), new_tokens, 1, **static_cache_and_compile()
-        )
-        seconds = alternate(runs, repeats, device)
-        rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
-        results.append(
-            Measurement(
-                "generation greedy, static cache + torch.compile: 16 x 32 -> 64 new",
-                "tokens/s",
-                rate["ours"],
-                rate["marian"],
             )
         )
 
