@@ -555,8 +555,8 @@ class VanillaDecoder(VanillaStack):
             input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
         )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
-        batch_size, new_length = inputs_embeds.shape[:2]
         if attention_mask is not None and not is_torchdynamo_compiling():
+            batch_size, new_length = inputs_embeds.shape[:2]
             total_length = int(past_length) + new_length  # a static cache's length is a tensor
             check_attention_mask(attention_mask, (batch_size, total_length), "decoder_attention_mask")
 
