@@ -121,6 +121,11 @@ def test_sigterm_saves_the_current_step_and_resumes_to_the_same_weights(tmp_path
     assert resumed["weights"] == uninterrupted_run["weights"], f"SIGTERM at step {term_at}"
 
 
+def logged_loss_steps(log: Path) -> list[int]:
+    """The update numbers of the training-loss rows in a run's log.csv (`step,epoch,name,value`)."""
+    return [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
+
+
 @needs_multi30k
 @pytest.mark.slow
 def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path):
@@ -130,19 +135,17 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
     job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = output / "log.csv"
     deadline = time.monotonic() + 300
-    while not (log.exists() and log.read_text().count(",loss,") >= 3):
+    while not (log.exists() and len(logged_loss_steps(log)) >= 3):
         assert job.poll() is None and time.monotonic() < deadline, "training ended before it could be signalled"
         time.sleep(0.2)
     job.send_signal(signal.SIGTERM)
     _, stderr = job.communicate(timeout=300)
     assert job.returncode == 143, stderr[-3000:]
     assert "--resume_from_checkpoint last" in stderr
-    steps = [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
-    stopped_at = steps[-1]
+    stopped_at = logged_loss_steps(log)[-1]
     assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
     assert not (output / "final").exists()  # it stopped; no test evaluation of a half-trained model
 
     run([*command, "--resume_from_checkpoint", "last"])
-    steps = [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
-    assert steps == list(range(1, 31)), "every update is logged exactly once across the two runs"
+    assert logged_loss_steps(log) == list(range(1, 31)), "every update is logged exactly once across the two runs"
     assert json.loads((output / "test_scores.json").read_text())["global_step"] == 30
