@@ -23,6 +23,10 @@ _PROBABILITY_FIELDS = ("dropout", "attention_dropout", "activation_dropout")
 _SPECIAL_TOKEN_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "unk_token_id")
 
 
+def _is_positive_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+
+
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
@@ -52,6 +56,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
             for any length, so for them this only sizes the precomputed table, which grows on demand.
         layer_norm_eps: epsilon of every LayerNorm (PyTorch's default; the paper gives none).
         init_std: standard deviation of the token-embedding init; `None` means d_model**-0.5.
+        qkv_init_gain: gain of the Xavier-uniform init of the query, key and value projections. The paper leaves
+            initialisation open; the default 1/sqrt(2) is what `torch.nn.MultiheadAttention` (Xavier over its
+            packed [3d, d] input projection) and fairseq's `MultiheadAttention` use. With plain Xavier (1.0) the
+            post-LN recipe falls into source neglect on some seeds (see the README); every other projection keeps
+            gain 1.
         normalize_before: pre-LN residual blocks `x + Dropout(Sublayer(LN(x)))` plus a final LayerNorm per stack
             (the paper is post-LN: `LN(x + Dropout(Sublayer(x)))`).
         position_embedding_type: `sinusoidal` (§3.5) or `learned`.
@@ -87,6 +96,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-5
     init_std: float | None = None
+    qkv_init_gain: float = 2**-0.5
     normalize_before: bool = False
     position_embedding_type: str = "sinusoidal"
     sinusoid_layout: str = "interleaved"
@@ -115,10 +125,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+        if not _is_positive_number(self.layer_norm_eps):
             raise ValueError(f"`layer_norm_eps` must be a positive number, got {self.layer_norm_eps!r}.")
-        if self.init_std is not None and (not isinstance(self.init_std, (int, float)) or self.init_std <= 0):
+        if self.init_std is not None and not _is_positive_number(self.init_std):
             raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
+        if not _is_positive_number(self.qkv_init_gain):
+            raise ValueError(f"`qkv_init_gain` must be a positive number, got {self.qkv_init_gain!r}.")
         for stack in ("encoder", "decoder"):
             heads = getattr(self, f"{stack}_attention_heads")
             if self.d_model % heads != 0:

@@ -220,6 +220,11 @@ def eager_attention_forward(
     return output, weights
 
 
+class VanillaInputProjection(nn.Linear):
+    """A query, key or value projection: a plain linear layer that `_init_weights` draws with
+    `config.qkv_init_gain` instead of Xavier's gain 1."""
+
+
 class VanillaAttention(nn.Module):
     """§3.2.2 Multi-Head Attention: h heads of d_head = d_model / h, concatenated and projected by W_O."""
 
@@ -241,9 +246,9 @@ class VanillaAttention(nn.Module):
         self.is_causal = is_causal
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = VanillaInputProjection(config.d_model, config.d_model)
+        self.k_proj = VanillaInputProjection(config.d_model, config.d_model)
+        self.v_proj = VanillaInputProjection(config.d_model, config.d_model)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
@@ -434,11 +439,14 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform for every projection; N(0, d_model^-0.5) for embeddings (and an untied output layer)."""
+        """Xavier-uniform for every projection, with `config.qkv_init_gain` for queries, keys and values (the paper
+        leaves initialisation open; see the config); N(0, d_model^-0.5) for embeddings (and an untied output layer).
+        """
         embedding_std = self.config.init_std or self.config.d_model**-0.5
         output_layer = getattr(self, "lm_head", None)
         if isinstance(module, nn.Linear) and module is not output_layer:
-            init.xavier_uniform_(module.weight)
+            gain = self.config.qkv_init_gain if isinstance(module, VanillaInputProjection) else 1.0
+            init.xavier_uniform_(module.weight, gain=gain)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
