@@ -671,6 +671,62 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+# §5.4 Label Smoothing: the training loss
+
+
+def label_smoothed_cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Sum over the labelled positions of (1 - ε) · (-log p(y)) + ε · mean over the vocabulary of (-log p).
+
+    logits [N, V] (computed in float32), labels [N] with -100 where ignored. With ε = 0 this is the cross entropy;
+    with ε > 0 it is the Trainer's `LabelSmoother`: the target mixes the one-hot label with a uniform distribution.
+    """
+    return smoothed_nll_sum_from_log_probs(logits.float().log_softmax(dim=-1), labels, smoothing)
+
+
+def smoothed_nll_sum_from_log_probs(log_probs: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    per_token = nll if smoothing == 0 else (1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)
+    return per_token.masked_fill(labels == -100, 0.0).sum()
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """`label_smoothed_cross_entropy_sum(hidden @ weightᵀ + bias, labels)` a chunk of rows at a time, never holding
+    the [N, V] logits: each chunk's loss and its gradient, softmax - target distribution, are computed in the
+    forward pass and folded into the gradients of `hidden` and `weight` at once (the logits of a whole batch are
+    N x V floats, 4096 x 32k = 0.5 GB, and most of a small model's training step goes to writing and reading them).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, smoothing, chunk_size):
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        grad_hidden = torch.zeros_like(hidden) if needs_grad else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.shape[0], chunk_size):
+            rows, chunk_labels = hidden[start : start + chunk_size], labels[start : start + chunk_size]
+            logits = torch.matmul(rows, weight.t()).float()
+            if bias is not None:
+                logits = logits + bias.float()
+            log_probs = logits.log_softmax(dim=-1)
+            total += smoothed_nll_sum_from_log_probs(log_probs, chunk_labels, smoothing)
+            if needs_grad:
+                # d loss / d logits = softmax - ((1 - ε) one_hot(y) + ε / V), zero on unlabelled rows.
+                grad_logits = log_probs.exp_().sub_(smoothing / logits.shape[-1])
+                target = chunk_labels.clamp(min=0).unsqueeze(-1)
+                grad_logits.scatter_add_(-1, target, torch.full(target.shape, smoothing - 1.0, device=target.device))
+                grad_logits = grad_logits.mul_((chunk_labels != -100).unsqueeze(-1)).to(hidden.dtype)
+                grad_hidden[start : start + chunk_size] = torch.matmul(grad_logits, weight)
+                grad_weight += torch.matmul(grad_logits.t(), rows).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_total, (grad_weight * grad_total).to(ctx.weight_dtype), None, None, None, None
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The encoder-decoder with the pre-softmax linear projection to target-vocabulary logits (§3.4)."""
 
@@ -700,6 +756,37 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
 
+    def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The pre-softmax linear projection: [B, T, d_model] -> [B, T, target vocabulary]."""
+        logits = self.lm_head(hidden_states)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias.to(logits.dtype)
+        return logits
+
+    def translation_loss(
+        self,
+        hidden_states: torch.Tensor,
+        logits: torch.Tensor | None,
+        labels: torch.Tensor,
+        label_smoothing: float,
+        num_items_in_batch: torch.Tensor | int | None,
+    ) -> torch.Tensor:
+        """Mean (label-smoothed) cross entropy over the labelled positions, or the sum divided by
+        `num_items_in_batch` when the Trainer passes it (exact under gradient accumulation). Labels are aligned
+        with the decoder positions already: the decoder inputs are the labels shifted right."""
+        if logits is not None:
+            total = label_smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), label_smoothing)
+        else:
+            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
+            total = ChunkedLinearCrossEntropy.apply(
+                hidden_states.flatten(0, 1), self.lm_head.weight, bias, labels.flatten(), label_smoothing, 1024
+            )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum()
+        elif isinstance(num_items_in_batch, torch.Tensor):
+            num_items_in_batch = num_items_in_batch.to(total.device)
+        return total / num_items_in_batch
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq(model=...)` to build teacher-forcing inputs."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -717,6 +804,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        label_smoothing: float = 0.0,
+        skip_logits: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -724,7 +813,15 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy,
             summed and divided by `num_items_in_batch` when the Trainer passes it (exact under gradient
             accumulation), else averaged over the valid tokens.
+        label_smoothing (`float`): ε of §5.4 label smoothing in the loss, the same loss as
+            `Seq2SeqTrainingArguments(label_smoothing_factor=ε)` computes from the logits.
+        skip_logits (`bool`): compute the loss a chunk of positions at a time without materialising the
+            [batch, target_length, vocab] logits, which are then returned as `None`; needs `labels`. For training.
         """
+        if skip_logits and labels is None:
+            raise ValueError("`skip_logits=True` computes only the loss, so it needs `labels`.")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r}.")
         if labels is not None:
             check_labels(labels, self.config.decoder_vocab_size)
             use_cache = False
@@ -743,15 +840,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias.to(logits.dtype)
-
+        hidden_states = outputs.last_hidden_state
+        logits = None if skip_logits else self.output_logits(hidden_states)
         loss = None
         if labels is not None:
-            # Labels are already aligned with the logits (the decoder inputs were shifted), hence `shift_labels`.
-            loss = self.loss_function(
-                logits=logits, labels=None, shift_labels=labels, vocab_size=self.config.decoder_vocab_size, **kwargs
+            loss = self.translation_loss(
+                hidden_states, logits, labels, label_smoothing, kwargs.get("num_items_in_batch")
             )
         return Seq2SeqLMOutput(
             loss=loss,

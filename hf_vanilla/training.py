@@ -199,6 +199,19 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         # Accelerate shards the batches across processes: each rank gets every n-th batch.
         return self.accelerator.prepare(loader)
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # While training, the model computes the label-smoothed loss itself, a chunk of positions at a time, instead
+        # of the library's `LabelSmoother` over the materialised [tokens, vocab] logits: the same loss with the same
+        # normalisation (`num_items_in_batch`), without the largest tensor of a small model's step.
+        if not (model.training and self.label_smoother is not None and "labels" in inputs):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = {**inputs, "label_smoothing": self.label_smoother.epsilon, "skip_logits": not return_outputs}
+        smoother, self.label_smoother = self.label_smoother, None  # the model smooths, so the library must not
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self.label_smoother = smoother
+
     def prediction_step(self, *args, **kwargs):
         # Seq2SeqTrainer fills every library default into `model.generation_config` (max_length=20 among them),
         # which checkpoints would then save and every later `generate(max_new_tokens=...)` would warn about.
