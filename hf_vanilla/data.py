@@ -1,4 +1,4 @@
-"""Reading parallel text: plain or gzipped UTF-8, one sentence a line."""
+"""Reading parallel text: plain or gzipped UTF-8, one sentence a line; the corpora shipped with the package."""
 
 import gzip
 from collections.abc import Iterator
@@ -29,6 +29,16 @@ def iter_lines(paths: list[str | Path]) -> Iterator[str]:
 
 
 SPLIT_ALIASES = {"validation": ("val", "valid", "validation", "dev"), "test": ("test2016", "test")}
+
+DEFAULT_PATTERN = "{split}.{lang}"
+CORPORA = Path(__file__).parent / "corpora"
+# Corpora shipped inside the package (provenance, terms and checksums in each folder's README): name -> folder and
+# file pattern. `multi30k` is the raw text (score with sacreBLEU); `multi30k-tok` the lowercased, Moses-tokenized
+# release that most multimodal-MT papers score with tokenized BLEU.
+BUNDLED_CORPORA = {
+    "multi30k": (CORPORA / "multi30k", DEFAULT_PATTERN),
+    "multi30k-tok": (CORPORA / "multi30k" / "tok", "{split}.lc.norm.tok.{lang}"),
+}
 
 
 def find_split_file(folder: Path, split: str, language: str, pattern: str) -> Path:
@@ -62,14 +72,19 @@ def load_parallel_corpus(
     source_language: str,
     target_language: str,
     splits: tuple[str, ...] = ("train", "validation", "test"),
-    pattern: str = "{split}.{lang}",
+    pattern: str | None = None,
     max_examples: dict[str, int] | None = None,
 ):
-    """A `datasets.DatasetDict` with columns `source` and `target`, from a folder of aligned text files or, for a
-    location that is not a folder, a Hub dataset id with one column per language (e.g. `bentrevett/multi30k`)."""
+    """A `datasets.DatasetDict` with columns `source` and `target`, from a bundled corpus (`BUNDLED_CORPORA`), a
+    folder of aligned text files (`pattern`, default `{split}.{lang}`), or, for anything else, a Hub dataset id with
+    one column per language (e.g. `bentrevett/multi30k`)."""
     import datasets
 
     max_examples = max_examples or {}
+    if str(location) in BUNDLED_CORPORA:
+        location, bundled_pattern = BUNDLED_CORPORA[str(location)]
+        pattern = pattern or bundled_pattern
+    pattern = pattern or DEFAULT_PATTERN
     folder = Path(location)
     if folder.is_dir():
         columns = {}

@@ -46,6 +46,10 @@ REMOTE_CODE_AUTO_MAP = {
 }
 
 
+# §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6": the generation config's defaults.
+PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6}
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher-forcing decoder inputs: `[start, y_1, ..., y_{n-1}]` from labels `[y_1, ..., y_n]` (-100 -> pad)."""
     if pad_token_id is None or decoder_start_token_id is None:
@@ -470,7 +474,6 @@ class VanillaStack(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig, vocab_size: int, layer_class: type, num_layers: int):
         super().__init__(config)
-        self.vocab_size = vocab_size
         self.dropout = config.dropout
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
@@ -482,17 +485,17 @@ class VanillaStack(VanillaTransformerPreTrainedModel):
 
     def embed(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_length: int, name: str
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (unscaled token embeddings [B, T, d], dropout(scaled embeddings + positions) [B, T, d])."""
+    ) -> torch.Tensor:
+        """dropout(token embeddings * sqrt(d_model) + positions) [B, T, d] of `input_ids` or `inputs_embeds`."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
         if inputs_embeds is None:
-            check_token_ids(input_ids, self.vocab_size, name)
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings, name)
             inputs_embeds = self.embed_tokens(input_ids)
         # Scaling after the branch keeps `inputs_embeds=get_input_embeddings()(ids)` identical to `input_ids=ids`.
         positions = self.embed_positions(past_length, inputs_embeds.shape[1])
         hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
-        return inputs_embeds, nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
     def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.layer_norm(hidden_states) if self.layer_norm is not None else hidden_states
@@ -516,10 +519,10 @@ class VanillaEncoder(VanillaStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """input_ids [B, S] (1 = token, 0 = padding in attention_mask [B, S]) -> last_hidden_state [B, S, d]."""
-        inputs_embeds, hidden_states = self.embed(input_ids, inputs_embeds, past_length=0, name="input_ids")
-        check_attention_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
+        hidden_states = self.embed(input_ids, inputs_embeds, past_length=0, name="input_ids")
+        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask")
         attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
@@ -559,24 +562,23 @@ class VanillaDecoder(VanillaStack):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         if past_key_values is not None and past_key_values.is_compileable:  # a static cache, sized ahead
             self.embed_positions.reserve(past_key_values.self_attention_cache.get_max_length())
-        inputs_embeds, hidden_states = self.embed(
-            input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids"
-        )
+        hidden_states = self.embed(input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids")
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
         if attention_mask is not None and not is_torchdynamo_compiling():
-            batch_size, new_length = inputs_embeds.shape[:2]
+            batch_size, new_length = hidden_states.shape[:2]
             total_length = int(past_length) + new_length  # a static cache's length is a tensor
             check_attention_mask(attention_mask, (batch_size, total_length), "decoder_attention_mask")
 
+        # The mask builders read only the shape, dtype and device of `inputs_embeds`.
         causal_mask = create_causal_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            inputs_embeds=hidden_states,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
@@ -742,8 +744,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             {"lm_head.weight": f"{tied_to}.embed_tokens.weight"} if config.tie_word_embeddings else {}
         )
         self.post_init()
-        self.generation_config.num_beams = 4  # §6.1: beam size 4 and length penalty 0.6
-        self.generation_config.length_penalty = 0.6
+        self.generation_config.update(**PAPER_DECODING)
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:

@@ -7,14 +7,22 @@ hf_vanilla is not installed; `import hf_vanilla` registers it in-process for mod
 It imports only torch and transformers.
 """
 
+import math
+
 import torch
 from transformers import Pipeline
 
 
-# The paper's decoding budget (§6.1): at most the source length + 50 new tokens, unless the caller sets a length.
+# §6.1: "We set the maximum output length during inference to input length + 50, but terminate early when possible."
 EXTRA_TARGET_TOKENS = 50
 
 _LENGTH_ARGUMENTS = ("max_new_tokens", "max_length")
+
+
+def decoding_budget(source_length: int, ratio: float = 1.0, extra: int = EXTRA_TARGET_TOKENS) -> int:
+    """The most new tokens to generate for a source of `source_length` tokens: `ratio * length + extra`, rounded
+    up (the paper: length + 50). The pipeline, `translate_lines` and the training recipe all decode with it."""
+    return math.ceil(ratio * source_length + extra)
 
 
 def check_tokenizer_matches_model(tokenizer, config) -> None:
@@ -84,7 +92,7 @@ class VanillaTranslationPipeline(Pipeline):
         batch_size, source_length = model_inputs["input_ids"].shape
         if not any(name in generate_kwargs for name in _LENGTH_ARGUMENTS):
             # generate()'s own default (max_length=20) would silently cut translations.
-            generate_kwargs["max_new_tokens"] = source_length + EXTRA_TARGET_TOKENS
+            generate_kwargs["max_new_tokens"] = decoding_budget(source_length)
         output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
         # [batch * n_best, T] -> [batch, n_best, T], so the pipeline's un-batching keeps each input's n-best together
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}

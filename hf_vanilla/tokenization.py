@@ -47,13 +47,3 @@ def unknown_token_rate(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str])
         total += len(ids)
         unknown += ids.count(tokenizer.unk_token_id)
     return unknown / max(total, 1)
-
-
-def word_level_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """A tokenizer whose words `t4 ... t{n-1}` are ids 4 ... n-1, for data that is already token ids (benchmarks,
-    tests, CTranslate2 exports of synthetic models). Special tokens as in `SPECIAL_TOKENS`."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS.values())}
-    vocab.update({f"t{i}": i for i in range(len(vocab), vocab_size)})
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token=SPECIAL_TOKENS["unk_token"])), **SPECIAL_TOKENS
-    )

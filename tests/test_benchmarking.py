@@ -2,14 +2,9 @@
 
 import torch
 
-from hf_vanilla.benchmarking import (
-    Measurement,
-    build_models,
-    generation_runs,
-    markdown_table,
-    peak_rss_increase,
-    source_batch,
-)
+from benchmarks.benchmark import Measurement, markdown_table
+from benchmarks.memory import peak_rss_increase
+from benchmarks.synthetic import build_models, generation_runs, source_batch
 
 
 def test_both_models_generate_the_same_tokens():

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from hf_vanilla.tokenization import word_level_tokenizer
+from benchmarks.synthetic import word_level_tokenizer
 
 from .conftest import EOS, make_model
 
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.export import export_ctranslate2  # noqa: E402
+from hf_vanilla.interop.ctranslate2 import export_ctranslate2  # noqa: E402
 
 
 VOCAB = 24

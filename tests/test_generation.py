@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from hf_vanilla.benchmarking import static_cache_and_compile
+from hf_vanilla.inference import static_cache_and_compile
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 from huggingface_hub import ModelCard, metadata_load
 
-from hf_vanilla.publishing import CardInfo, dry_run, write_hub_folder
+from hf_vanilla.hub import CardInfo, dry_run, write_hub_folder
 
-from .conftest import make_model, needs_multi30k, run_without_hf_vanilla
+from .conftest import make_model, run_without_hf_vanilla
 
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
@@ -29,10 +29,10 @@ def published(small_tokenizer, tmp_path_factory):
     model = make_model(seed=11, vocab_size=len(small_tokenizer), init_std=1.0)
     model.generation_config.num_beams = 1  # publishing must restore the paper's decoding defaults
     write_hub_folder(model, small_tokenizer, folder, CARD)
+    assert model.generation_config.num_beams == 1  # ... in the folder, leaving the caller's model as it was
     return folder, model, small_tokenizer
 
 
-@needs_multi30k
 def test_folder_has_every_file(published):
     folder, _, _ = published
     names = {path.name for path in folder.iterdir()}
@@ -55,7 +55,6 @@ def test_folder_has_every_file(published):
     assert (generation["num_beams"], generation["length_penalty"]) == (4, 0.6)
 
 
-@needs_multi30k
 def test_card_metadata_validates(published):
     folder, _, _ = published
     metadata = metadata_load(folder / "README.md")
@@ -94,7 +93,6 @@ print(json.dumps({"kinds": kinds, "translation": translator("A dog runs.", max_n
 """
 
 
-@needs_multi30k
 def test_published_folder_loads_without_hf_vanilla(published, tmp_path):
     folder, model, tokenizer = published
     result = json.loads(run_without_hf_vanilla(REMOTE_HUB_LOAD, [str(folder)], tmp_path).strip().splitlines()[-1])
@@ -109,7 +107,6 @@ def test_published_folder_loads_without_hf_vanilla(published, tmp_path):
     assert result["translation"] == tokenizer.decode(expected[0], skip_special_tokens=True)
 
 
-@needs_multi30k
 def test_dry_run_lists_files_and_writes_nothing(published, tmp_path):
     _, model, tokenizer = published
     listing = dry_run(model, tokenizer, CARD)
@@ -117,13 +114,21 @@ def test_dry_run_lists_files_and_writes_nothing(published, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@needs_multi30k
 def test_push_without_token_fails_clearly(published, tmp_path):
     folder, _, _ = published
     env = {key: value for key, value in os.environ.items() if key not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
     result = subprocess.run(
-        [sys.executable, "scripts/publish.py", str(folder), str(tmp_path / "out"), "--push-to-hub", "me/model"],
+        [
+            sys.executable,
+            "-m",
+            "hf_vanilla",
+            "publish",
+            str(folder),
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "me/model",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Seq2SeqTrainingArguments, pipeline
 
+from benchmarks.synthetic import word_level_tokenizer
 from hf_vanilla.loading import load_model
-from hf_vanilla.tokenization import word_level_tokenizer
 from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
 
 from .conftest import BOS, EOS, TEST_CONFIG, make_model
@@ -224,7 +224,7 @@ def test_translate_command_refuses_a_checkpoint_with_missing_weights(tmp_path):
     word_level_tokenizer(VOCAB).save_pretrained(tmp_path)
     edit_weights(tmp_path, lambda w: w.pop("model.encoder.layers.0.self_attn.q_proj.weight"))
     result = subprocess.run(
-        [sys.executable, "-m", "hf_vanilla.cli", "translate", str(tmp_path)],
+        [sys.executable, "-m", "hf_vanilla", "translate", str(tmp_path)],
         input="t5 t6\n",
         capture_output=True,
         text=True,

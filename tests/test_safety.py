@@ -7,7 +7,13 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted([*ROOT.joinpath("hf_vanilla").glob("*.py"), *ROOT.joinpath("scripts").glob("*.py")])
+SOURCES = sorted(
+    [
+        *ROOT.joinpath("hf_vanilla").rglob("*.py"),
+        *ROOT.joinpath("scripts").glob("*.py"),
+        *ROOT.joinpath("benchmarks").glob("*.py"),
+    ]
+)
 REMOTE_CODE = ("configuration_vanilla.py", "modeling_vanilla.py", "pipeline_vanilla.py")
 
 
@@ -17,7 +23,7 @@ def calls(tree: ast.AST):
             yield node, ast.unparse(node.func)
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_unsafe_loading_or_evaluation(path):
     tree = ast.parse(path.read_text())
     for node, name in calls(tree):

@@ -10,10 +10,9 @@ from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla.data import read_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
 
-from .conftest import MULTI30K, make_model, needs_multi30k, run_without_hf_vanilla
+from .conftest import MULTI30K, make_model, run_without_hf_vanilla
 
 
-@needs_multi30k
 @pytest.mark.slow
 def test_multi30k_round_trip_and_unknown_rate(capsys):
     train = read_lines(MULTI30K / "train.en.gz") + read_lines(MULTI30K / "train.de.gz")
@@ -29,7 +28,6 @@ def test_multi30k_round_trip_and_unknown_rate(capsys):
         assert rate == 0.0  # byte-level BPE has no unknowns
 
 
-@needs_multi30k
 def test_special_tokens_and_text_target(small_tokenizer, tmp_path):
     small_tokenizer.save_pretrained(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
@@ -68,7 +66,6 @@ def reference_translations(model, tokenizer, **generate_kwargs):
     return translations
 
 
-@needs_multi30k
 def test_form_a_model_object(translator_parts):
     model, tokenizer = translator_parts
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
@@ -87,7 +84,6 @@ def test_form_a_model_object(translator_parts):
     assert capped[0]["translation_text"] == tokenizer.decode(short[0], skip_special_tokens=True)
 
 
-@needs_multi30k
 def test_n_best_and_length_penalty(translator_parts):
     model, tokenizer = translator_parts
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
@@ -95,7 +91,6 @@ def test_n_best_and_length_penalty(translator_parts):
     assert len(nbest) == 2 and all(len(candidates) == 3 for candidates in nbest)
 
 
-@needs_multi30k
 def test_pipeline_rejects_empty_input(translator_parts):
     model, tokenizer = translator_parts
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
@@ -105,7 +100,6 @@ def test_pipeline_rejects_empty_input(translator_parts):
         translator([])
 
 
-@needs_multi30k
 def test_form_b_saved_folder(translator_parts, tmp_path):
     model, tokenizer = translator_parts
     VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(tmp_path)
@@ -134,7 +128,6 @@ REMOTE_PIPELINE = textwrap.dedent(
 )
 
 
-@needs_multi30k
 def test_form_c_remote_code_in_a_fresh_process(translator_parts, tmp_path):
     model, tokenizer = translator_parts
     folder = tmp_path / "model"

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import EvalPrediction, get_scheduler
 
-from hf_vanilla.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
 from hf_vanilla.data import load_parallel_corpus, read_lines, read_parallel
 from hf_vanilla.training import TokenBudgetBatchSampler, TranslationMetric, build_compute_metrics, parse_arguments
+from hf_vanilla.training.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
 
 from .conftest import make_model
 
@@ -119,7 +119,9 @@ def test_average_command_writes_a_loadable_folder(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            "scripts/average_checkpoints.py",
+            "-m",
+            "hf_vanilla",
+            "average",
             "--from",
             str(tmp_path),
             "--last",

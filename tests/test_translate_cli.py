@@ -6,9 +6,10 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from hf_vanilla.translation import plot_cross_attention, translate_lines
+from hf_vanilla.inference import translate_lines
+from hf_vanilla.plotting import plot_cross_attention
 
-from .conftest import make_model, needs_multi30k
+from .conftest import make_model
 
 
 LINES = ["Two children play.", "A woman in a red dress sings on a stage in front of many people.", "A dog.", "Hi"]
@@ -24,7 +25,6 @@ def saved_model(small_tokenizer, tmp_path_factory):
     return folder, model, small_tokenizer
 
 
-@needs_multi30k
 def test_batched_by_length_equals_one_by_one_in_input_order(saved_model):
     _, model, tokenizer = saved_model
     # a = 0, b = 9: a fixed budget, so the never-stopping random model's outputs compare across batch shapes.
@@ -38,7 +38,6 @@ def test_batched_by_length_equals_one_by_one_in_input_order(saved_model):
     assert all(len(candidates) == 2 for candidates in nbest)
 
 
-@needs_multi30k
 def test_length_budget_is_a_times_source_plus_b(saved_model):
     _, model, tokenizer = saved_model
     (translation,) = translate_lines(model, tokenizer, ["A dog."], length_ratio=2.0, length_offset=1, num_beams=1)
@@ -47,21 +46,21 @@ def test_length_budget_is_a_times_source_plus_b(saved_model):
     assert 0 < len(produced) <= 2 * source_length + 1 + 2  # re-tokenising decoded bytes may merge differently
 
 
-@needs_multi30k
 def test_empty_line_is_an_error(saved_model):
     _, model, tokenizer = saved_model
     with pytest.raises(ValueError, match="line 2"):
         translate_lines(model, tokenizer, ["A dog.", "", "Hi"], progress=False)
 
 
-@needs_multi30k
 def test_cli_reads_stdin_and_draws_attention(saved_model, tmp_path):
     folder, model, _ = saved_model
     plot = tmp_path / "attention.png"
     result = subprocess.run(
         [
             sys.executable,
-            "scripts/translate.py",
+            "-m",
+            "hf_vanilla",
+            "translate",
             str(folder),
             "--beam",
             "1",
@@ -87,7 +86,6 @@ def test_cli_reads_stdin_and_draws_attention(saved_model, tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@needs_multi30k
 def test_attention_plot_returns_the_translation(saved_model, tmp_path):
     _, model, tokenizer = saved_model
     text = plot_cross_attention(model, tokenizer, LINES[0], tmp_path / "a.png", max_new_tokens=6, num_beams=1)

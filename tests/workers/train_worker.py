@@ -16,9 +16,10 @@ import torch
 from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, TrainerCallback
 
+from benchmarks.synthetic import word_level_tokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.tokenization import word_level_tokenizer
-from hf_vanilla.training import StopOnSigtermCallback, TokenBudgetSeq2SeqTrainer
+from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+from hf_vanilla.training.callbacks import StopOnSigtermCallback
 
 
 class RecordingCollator(DataCollatorForSeq2Seq):

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from transformers import GenerationConfig, MarianMTModel
 
-from .configuration_vanilla import VanillaTransformerConfig
-from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+from ..configuration_vanilla import VanillaTransformerConfig
+from ..loading import load_state_dict_strictly
+from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 
 
 # Files of a Marian folder that are not weights or config: the tokenizer (SentencePiece models and vocabularies).
@@ -78,14 +79,7 @@ def convert_marian(marian: MarianMTModel | str | Path) -> VanillaTransformerForC
         target = rename_marian_weight(name)
         if target is not None:
             renamed[target] = tensor
-    missing, unexpected = model.load_state_dict(renamed, strict=False)
-    missing = set(missing) - set(model.all_tied_weights_keys)
-    if missing or unexpected:
-        raise ValueError(
-            f"Marian checkpoint does not map onto the model: missing {sorted(missing)}, "
-            f"unexpected {sorted(unexpected)}."
-        )
-    model.tie_weights()
+    load_state_dict_strictly(model, renamed, source="the renamed MarianMT weights")
     model.generation_config = GenerationConfig.from_dict(marian.generation_config.to_dict())
     return model.eval()
 

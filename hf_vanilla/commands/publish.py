@@ -1,30 +1,16 @@
-"""Turn a trained model folder (model + tokenizer) into a complete Hub folder and optionally upload it.
+"""Write a complete Hub folder (weights, code, tokenizer, model card) and optionally upload it.
 
-    python scripts/publish.py runs/model hub/en-de --bleu 38.1 --chrf 63.0 \
+    hf-vanilla publish MODEL OUTPUT [--bleu B --chrf C --signature SIG] [--push-to-hub REPO | --dry-run]
+
+    hf-vanilla publish runs/model hub/en-de --bleu 38.1 --chrf 63.0 \
         --signature "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0" --repo-id me/vanilla-en-de
-    python scripts/publish.py runs/model hub/en-de --dry-run
-    python scripts/publish.py runs/model hub/en-de --push-to-hub me/vanilla-en-de
 """
 
 import argparse
 import sys
 
-from transformers import AutoTokenizer
 
-import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
-from hf_vanilla.loading import load_model
-from hf_vanilla.publishing import (
-    DEFAULT_TEMPLATE,
-    CardInfo,
-    dry_run,
-    load_hyperparameters,
-    push_folder,
-    write_hub_folder,
-)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="folder with the trained model and its tokenizer")
     parser.add_argument("output", help="the Hub folder to write")
     parser.add_argument("--repo-id", default=None, help="Hub repository named in the card (default: --push-to-hub)")
@@ -39,8 +25,16 @@ def main() -> None:
     parser.add_argument("--signature", help="the sacreBLEU signature of --bleu")
     parser.add_argument("--test-set", default="Multi30k test2016")
     parser.add_argument("--hyperparameters", help="JSON file of training hyper-parameters for the card")
-    parser.add_argument("--card-template", default=str(DEFAULT_TEMPLATE))
-    args = parser.parse_args()
+    parser.add_argument("--card-template", help="Jinja template of the card (default: the package's model_card.md)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
+
+    from ..hub import CardInfo, dry_run, load_hyperparameters, push_folder, write_hub_folder
+    from ..loading import load_model
 
     card = CardInfo(
         repo_id=args.repo_id or args.push_to_hub or CardInfo.repo_id,
@@ -65,7 +59,3 @@ def main() -> None:
             print(f"uploaded: {push_folder(args.output, args.push_to_hub, private=args.private)}")
         except RuntimeError as error:
             sys.exit(f"error: {error}")
-
-
-if __name__ == "__main__":
-    main()

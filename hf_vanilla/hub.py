@@ -1,5 +1,6 @@
 """Turn a trained model and its tokenizer into a complete Hub folder, and upload it."""
 
+import copy
 import json
 import shutil
 import tempfile
@@ -9,10 +10,19 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .pipeline_vanilla import VanillaTranslationPipeline
+from .modeling_vanilla import PAPER_DECODING
+from .pipeline_vanilla import VanillaTranslationPipeline, check_tokenizer_matches_model
 
 
-DEFAULT_TEMPLATE = Path(__file__).with_name("model_card.md")  # the repository's model_card.md, shipped in the wheel
+def default_card_template() -> Path:
+    """The repository's top-level `model_card.md`: copied next to this module when a wheel is built, read from the
+    checkout's top level in an editable install."""
+    for candidate in (Path(__file__).with_name("model_card.md"), Path(__file__).parents[1] / "model_card.md"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("model_card.md is neither installed with hf_vanilla nor at the top of a checkout.")
+
+
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish"}
 
 
@@ -34,9 +44,7 @@ class CardInfo:
     hyperparameters: dict = field(default_factory=dict)
 
 
-def render_model_card(
-    model: PreTrainedModel, card: CardInfo, template_path: str | Path = DEFAULT_TEMPLATE
-) -> ModelCard:
+def render_model_card(model: PreTrainedModel, card: CardInfo, template_path: str | Path | None = None) -> ModelCard:
     """The card: YAML metadata (languages, license, datasets, metrics, model-index) and the template's sections."""
     if card.bleu is not None and not card.signature:
         raise ValueError("A BLEU score needs its sacreBLEU `signature`, so readers know how it was computed.")
@@ -75,7 +83,7 @@ def render_model_card(
     generation = model.generation_config
     return ModelCard.from_template(
         card_data,
-        template_path=str(template_path),
+        template_path=str(template_path or default_card_template()),
         model_name=model_name,
         repo_id=card.repo_id,
         source_language_name=LANGUAGE_NAMES.get(card.source_language, card.source_language),
@@ -101,21 +109,22 @@ def write_hub_folder(
     tokenizer: PreTrainedTokenizerBase,
     output_dir: str | Path,
     card: CardInfo,
-    template_path: str | Path = DEFAULT_TEMPLATE,
+    template_path: str | Path | None = None,
 ) -> list[Path]:
     """Write weights (safetensors), config with `auto_map` and `custom_pipelines`, the remote-code files, the
-    tokenizer, `generation_config.json` with the paper's decoding defaults, and `README.md`. Returns the files."""
-    if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} entries but the model's vocabulary is {model.config.vocab_size}; "
-            "they were not trained together."
-        )
+    tokenizer, `generation_config.json` with the paper's decoding defaults (`PAPER_DECODING`), and `README.md`.
+    Returns the files; `model` itself is left as it was."""
+    check_tokenizer_matches_model(tokenizer, model.config)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config.num_beams = 4  # §6.1: beam size 4, length penalty 0.6
-    model.generation_config.length_penalty = 0.6
-    model_card = render_model_card(model, card, template_path)  # before writing anything: it validates `card`
-    VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(output_dir)
+    caller_generation_config = model.generation_config
+    model.generation_config = copy.deepcopy(caller_generation_config)
+    model.generation_config.update(**PAPER_DECODING)
+    try:
+        model_card = render_model_card(model, card, template_path)  # before writing anything: it validates `card`
+        VanillaTranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(output_dir)
+    finally:
+        model.generation_config = caller_generation_config
     model_card.save(output_dir / "README.md")
     return sorted(path for path in output_dir.iterdir() if path.is_file())
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .modeling_vanilla import sinusoidal_position_table
+from ..modeling_vanilla import sinusoidal_position_table
 
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH", "gelu_new": "GELUTanh"}

@@ -4,31 +4,35 @@ Both models run in one process, alternately (A B A B ...) after a warm-up, so ma
 are medians (with min/max) and ratios hf_vanilla / Marian. The Marian model is random; ours is converted from it,
 so both compute the same function and generate the same tokens. CTranslate2 (float32 export of the same weights)
 is a third column when installed.
+
+Run from the repository root (the package `benchmarks` is not installed with hf_vanilla):
+
+    python -m benchmarks.benchmark --preset small --threads 2 --repeats 5 --json runs/benchmark_small.json
+    python -m benchmarks.benchmark --preset base --device cuda --dtype bfloat16 --compile
+    python -m benchmarks.benchmark --preset small --threads 2 --profile 4   # where the time goes (torch.profiler)
+    hf-vanilla benchmark ...                                                 # the same, from a clone
 """
 
-import contextlib
-import gc
+import argparse
 import json
-import multiprocessing
-import os
 import statistics
-import threading
+import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-import psutil
 import torch
-from transformers import CompileConfig, MarianConfig, MarianMTModel
 
-from .conversion import convert_marian
-
-
-PRESETS = {
-    "small": dict(d_model=256, layers=3, heads=4, ffn=1024, vocab=8000),
-    "base": dict(d_model=512, layers=6, heads=8, ffn=2048, vocab=32000),
-}
+from benchmarks.memory import fresh_process_peak_rss
+from benchmarks.synthetic import (
+    PRESETS,
+    build_models,
+    generation_runs,
+    source_batch,
+    training_runs,
+    word_level_tokenizer,
+)
+from hf_vanilla.inference import static_cache_and_compile
 
 
 @dataclass
@@ -61,45 +65,6 @@ class Measurement:
         return result
 
 
-def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.nn.Module]:
-    """{"ours": ..., "marian": ...}: a random MarianMT model and ours converted from it, in eval mode."""
-    shape = PRESETS[preset]
-    config = MarianConfig(
-        vocab_size=shape["vocab"],
-        d_model=shape["d_model"],
-        encoder_layers=shape["layers"],
-        decoder_layers=shape["layers"],
-        encoder_attention_heads=shape["heads"],
-        decoder_attention_heads=shape["heads"],
-        encoder_ffn_dim=shape["ffn"],
-        decoder_ffn_dim=shape["ffn"],
-        activation_function="relu",
-        scale_embedding=True,
-        max_position_embeddings=1024,
-        pad_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-        dropout=0.1,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(seed)
-    marian = MarianMTModel(config)
-    ours = convert_marian(marian)
-    return {"ours": ours.to(device, dtype).eval(), "marian": marian.to(device, dtype).eval()}
-
-
-def source_batch(batch: int, length: int, vocab: int, device: str, mixed: bool = False, seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, vocab, (batch, length), generator=generator)
-    mask = torch.ones_like(ids)
-    if mixed:  # lengths spread from 8 to `length`, right-padded
-        for row, n in enumerate(torch.linspace(8, length, batch).round().long().tolist()):
-            ids[row, n:] = 0
-            mask[row, n:] = 0
-    ids[torch.arange(batch), mask.sum(1) - 1] = 2  # each source ends in EOS
-    return ids.to(device), mask.to(device)
-
-
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -124,161 +89,13 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) 
     return seconds
 
 
-def static_cache_and_compile() -> dict:
-    """generate()'s own speed path: a static cache and its decoding step compiled with torch.compile (fullgraph).
-    transformers turns the compilation on only on accelerators unless asked, so the CPU is asked explicitly.
-    Only greedy and sampling compile; beam search runs the step eagerly."""
-    config = CompileConfig(fullgraph=True, dynamic=False)
-    config._compile_all_devices = True
-    return dict(cache_implementation="static", compile_config=config)
-
-
-def generation_runs(models, inputs, new_tokens: int, num_beams: int, use_cache: bool = True, **generate_kwargs):
-    ids, mask = inputs
-    kwargs = dict(
-        input_ids=ids,
-        attention_mask=mask,
-        min_new_tokens=new_tokens,
-        max_new_tokens=new_tokens,
-        num_beams=num_beams,
-        do_sample=False,
-        length_penalty=1.0,
-        use_cache=use_cache,
-        **generate_kwargs,
-    )
-
-    def run(model):
-        with torch.inference_mode():
-            return model.generate(**kwargs)
-
-    return {name: (lambda m=model: run(m)) for name, model in models.items()}
-
-
-def training_runs(models, batch: int, source_length: int, target_length: int, vocab: int, device: str):
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, vocab, (batch, source_length), generator=generator).to(device)
-    labels = torch.randint(4, vocab, (batch, target_length), generator=generator).to(device)
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
-
-    def step(name):
-        model = models[name]
-        model.train()
-        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-        loss.backward()
-        optimizers[name].step()
-        optimizers[name].zero_grad(set_to_none=True)
-        model.eval()
-
-    return {name: (lambda n=name: step(n)) for name in models}
-
-
-def _reset_kernel_peak_rss() -> bool:
-    """Reset the kernel's exact high-water mark of resident memory (VmHWM) to the current RSS; False where the
-    kernel does not offer it (not Linux, or Linux < 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def _read_vm_hwm() -> int:
-    with open("/proc/self/status") as handle:
-        line = next(line for line in handle if line.startswith("VmHWM:"))
-    return int(line.split()[1]) * 1024
-
-
-def peak_rss_increase(fn: Callable[[], object], interval: float = 0.002) -> float:
-    """Peak resident memory (MiB) of `fn` above the level before it.
-
-    On Linux the kernel keeps the exact peak (VmHWM, reset first); elsewhere a background thread samples RSS every
-    `interval` seconds, which can miss short spikes."""
-    process = psutil.Process()
-    gc.collect()
-    baseline = process.memory_info().rss
-    if _reset_kernel_peak_rss():
-        fn()
-        return (_read_vm_hwm() - baseline) / 2**20
-    peak = baseline
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(interval)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        fn()
-    finally:
-        done.set()
-        sampler.join()
-    return (max(peak, process.memory_info().rss) - baseline) / 2**20
-
-
-def _generation_peak_in_this_process(name: str, preset: str, dtype: str, threads: int, num_beams: int) -> float:
-    torch.set_num_threads(threads)
-    models = build_models(preset, "cpu", getattr(torch, dtype))
-    model = models.pop(name)
-    del models
-    gc.collect()
-    vocab = PRESETS[preset]["vocab"]
-    run = generation_runs({name: model}, source_batch(16, 32, vocab, "cpu"), 64, num_beams)[name]
-    return peak_rss_increase(run)
-
-
-# glibc returns every block above 128 KiB to the system at once instead of keeping freed memory for reuse: the peak
-# then shows what the model itself holds at its fullest, not where the allocator's adaptive thresholds happened to be.
-EXACT_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-
-
-@contextlib.contextmanager
-def _environment(variables: dict[str, str]):
-    saved = {key: os.environ.get(key) for key in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key)
-            else:
-                os.environ[key] = value
-
-
-def fresh_process_peak_rss(
-    preset: str, dtype: str, repeats: int = 5, num_beams: int = 4, exact_allocator: bool = False
-) -> dict[str, list[float]]:
-    """Peak RSS increase (MiB) of one generation call, each model in its own fresh process, alternating.
-
-    In a process that has already generated, the allocator reuses memory it holds and the increase reads ~0; a
-    fresh process per measurement sees what a first call really claims. With the default allocator the figure
-    also moves with glibc's adaptive thresholds (+-10 MiB run to run); `exact_allocator` pins them
-    (`EXACT_ALLOCATOR_ENV`) for a repeatable comparison of the models. CPU only (RSS is host memory)."""
-    peaks = {"ours": [], "marian": []}
-    context = multiprocessing.get_context("spawn")
-    with _environment(EXACT_ALLOCATOR_ENV if exact_allocator else {}):
-        for _ in range(repeats):
-            for name in peaks:
-                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                    job = pool.submit(
-                        _generation_peak_in_this_process, name, preset, dtype, torch.get_num_threads(), num_beams
-                    )
-                    peaks[name].append(job.result())
-    return peaks
-
-
 def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str):
     """A float32 CTranslate2 export of our model, translating the same ids; None without ctranslate2."""
     try:
         import ctranslate2
     except ImportError:
         return None
-    from .export import export_ctranslate2
-    from .tokenization import word_level_tokenizer
+    from hf_vanilla.interop.ctranslate2 import export_ctranslate2
 
     tokenizer = word_level_tokenizer(vocab)
     export_ctranslate2(ours.float().cpu(), tokenizer, folder, force=True)
@@ -430,3 +247,45 @@ def markdown_table(report: dict) -> str:
 def save_report(report: dict, json_path: str) -> None:
     with open(json_path, "w") as handle:
         json.dump(report, handle, indent=2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the CTranslate2 column")
+    parser.add_argument(
+        "--compile", action="store_true", help="add greedy generation with a static cache + torch.compile (slow start)"
+    )
+    parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument("--profile", type=int, metavar="BEAMS", help="only print torch.profiler tables (CPU)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.profile:
+        print(profile_generation(args.preset, args.profile))
+        return
+    with tempfile.TemporaryDirectory() as ct2_dir:
+        report = run_benchmark(
+            args.preset,
+            args.device,
+            getattr(torch, args.dtype),
+            args.repeats,
+            not args.no_ctranslate2,
+            ct2_dir,
+            with_compile=args.compile,
+        )
+    print(
+        f"preset {args.preset} {report['shape']}, {args.device} {args.dtype}, {report['threads']} threads, "
+        f"torch {report['torch']}, {args.repeats} repeats (median [min-max])\n"
+    )
+    print(markdown_table(report))
+    if args.json:
+        save_report(report, args.json)
+
+
+if __name__ == "__main__":
+    main()

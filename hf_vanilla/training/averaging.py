@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from transformers import PreTrainedModel
 
-from .loading import load_model
+from ..loading import load_model, load_state_dict_strictly
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:
@@ -48,12 +48,5 @@ def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
 def average_checkpoints(paths: list[str | Path]) -> PreTrainedModel:
     """A model (config of the last checkpoint) holding the mean weights; tied weights stay tied."""
     model = load_model(paths[-1])
-    averaged = average_state_dicts(paths)
-    missing, unexpected = model.load_state_dict(averaged, strict=False)
-    untied_missing = set(missing) - set(model.all_tied_weights_keys)  # tied copies are stored once
-    if untied_missing or unexpected:
-        raise ValueError(
-            f"Checkpoints do not match the model: missing {sorted(untied_missing)}, unexpected {sorted(unexpected)}."
-        )
-    model.tie_weights()
+    load_state_dict_strictly(model, average_state_dicts(paths), source=f"the average of {len(paths)} checkpoints")
     return model

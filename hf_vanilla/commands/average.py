@@ -1,0 +1,36 @@
+"""Average checkpoints into one model.
+
+    hf-vanilla average [CHECKPOINT ...] [--from RUN --last N] --output DIR
+
+The paper averages the last 5 checkpoints of a base model and the last 20 of a big one.
+"""
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoints", nargs="*", help="checkpoint folders to average")
+    parser.add_argument("--from", dest="run_dir", help="a training output folder: average its last checkpoints")
+    parser.add_argument("--last", type=int, default=5, help="with --from: how many checkpoints (paper: 5, big: 20)")
+    parser.add_argument("--output", required=True, help="folder for the averaged model")
+
+
+def run(args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
+
+    from ..training.averaging import average_checkpoints, checkpoint_folders
+
+    folders = list(args.checkpoints)
+    if args.run_dir:
+        folders += checkpoint_folders(args.run_dir)[-args.last :]
+    if not folders:
+        raise SystemExit("error: name checkpoint folders, or --from a training folder that has checkpoints")
+    average_checkpoints(folders).save_pretrained(args.output)
+    try:
+        AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(args.output)
+    except (OSError, ValueError):
+        print("note: no tokenizer in the checkpoints; copy it next to the averaged model", file=sys.stderr)
+    print(f"averaged {len(folders)} checkpoints into {args.output}")

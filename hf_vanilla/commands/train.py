@@ -1,0 +1,28 @@
+"""Train a translation model with the paper's recipe.
+
+    hf-vanilla train --config RECIPE.yaml [--OPTION VALUE ...]
+
+Every field of the recipe and of transformers' Seq2SeqTrainingArguments is an option (`hf-vanilla train --help`
+lists them); a YAML file gives the defaults. Under Accelerate: accelerate launch -m hf_vanilla train --config ...
+"""
+
+import argparse
+import signal
+import sys
+
+
+PASSES_OPTIONS_THROUGH = True  # the training options are parsed by transformers' HfArgumentParser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """None of its own: `run` hands every option to the recipe's parser."""
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..training import TrainingInterrupted, parse_arguments, run_training
+
+    try:
+        run_training(*parse_arguments(args.options))
+    except TrainingInterrupted as stop:
+        print(stop, file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)  # the shell's convention for "terminated by SIGTERM"

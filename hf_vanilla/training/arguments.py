@@ -1,0 +1,91 @@
+"""The command-line surface of a training run: the recipe's own options plus every `Seq2SeqTrainingArguments` field,
+with a YAML file for defaults."""
+
+import argparse
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from ..data import BUNDLED_CORPORA
+
+
+@dataclass
+class RecipeArguments:
+    """What a translation run needs beyond `Seq2SeqTrainingArguments`; every field is a command-line option."""
+
+    data: str = field(
+        default="multi30k",
+        metadata={
+            "help": f"a corpus shipped with hf_vanilla ({', '.join(BUNDLED_CORPORA)}), a folder of aligned text files "
+            "({split}.{lang}[.gz]) or a Hub dataset id such as bentrevett/multi30k"
+        },
+    )
+    data_pattern: str | None = field(
+        default=None, metadata={"help": "file name pattern inside a `data` folder (default: {split}.{lang})"}
+    )
+    source_language: str = "en"
+    target_language: str = "de"
+    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_eval_examples: int | None = field(default=None, metadata={"help": "use only the first N validation pairs"})
+    max_test_examples: int | None = field(default=None, metadata={"help": "use only the first N test pairs"})
+    model_config: str = field(default="configs/tiny.json", metadata={"help": "model preset (JSON)"})
+    tokenizer: str | None = field(default=None, metadata={"help": "trained tokenizer folder; trained if not given"})
+    vocab_size: int = field(default=10000, metadata={"help": "size of the BPE vocabulary to train"})
+    max_length: int = field(default=256, metadata={"help": "training pairs longer (in tokens) are dropped, counted"})
+    max_tokens: int = field(default=4096, metadata={"help": "tokens per batch including padding (per process)"})
+    lr_scale: float | None = field(
+        default=None,
+        metadata={"help": "set the peak learning rate by the paper's formula: scale * d_model^-0.5 * warmup^-0.5"},
+    )
+    average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
+    early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
+    max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
+    bleu_tokenize: str = field(default="13a", metadata={"help": "sacreBLEU tokenizer; 'none' for pre-tokenized"})
+    bleu_lowercase: bool = False
+    test_num_beams: int = field(default=4, metadata={"help": "beam size for the final test evaluation"})
+    extra_target_tokens: int = field(default=50, metadata={"help": "generation budget: longest source + this"})
+    translate_examples: int = field(default=3, metadata={"help": "test sentences printed with translations"})
+
+
+def paper_learning_rate(scale: float, d_model: int, warmup_steps: int) -> float:
+    """§5.3: the peak of lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), reached at `warmup_steps`."""
+    return scale * d_model**-0.5 * max(warmup_steps, 1) ** -0.5
+
+
+def with_paper_learning_rate(
+    training_args: Seq2SeqTrainingArguments, lr_scale: float | None, d_model: int
+) -> Seq2SeqTrainingArguments:
+    """The arguments with `learning_rate` set by `paper_learning_rate` when `--lr_scale` is given (else unchanged)."""
+    if lr_scale is None:
+        return training_args
+    return replace(training_args, learning_rate=paper_learning_rate(lr_scale, d_model, training_args.warmup_steps))
+
+
+def resume_point(value: str | None) -> str | bool | None:
+    """`--resume_from_checkpoint last` (or `true`) resumes from the newest checkpoint; any other value is a path."""
+    if isinstance(value, str) and value.lower() in {"last", "true"}:
+        return True
+    return value
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
+    """`--config recipe.yaml` supplies defaults; every recipe or `Seq2SeqTrainingArguments` field can override."""
+    import yaml
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, rest = pre.parse_known_args(argv)
+    parser = HfArgumentParser(
+        (RecipeArguments, Seq2SeqTrainingArguments),
+        prog="hf-vanilla train",
+        description="Train a translation model. --config RECIPE.yaml sets defaults for every option below.",
+    )
+    if known.config:
+        values = yaml.safe_load(Path(known.config).read_text()) or {}
+        unknown = set(values) - {action.dest for action in parser._actions}
+        if unknown:
+            raise ValueError(f"{known.config}: unknown keys {sorted(unknown)}; see `hf-vanilla train --help`.")
+        parser.set_defaults(**values)
+    recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    return recipe, training_args
