@@ -1,8 +1,12 @@
-"""Gradients and loss: checkpointing changes memory not gradients, the loss is exact under accumulation, it learns."""
+"""Gradients and loss: checkpointing changes memory not gradients, the loss is exact under accumulation, it learns;
+how much a model uses its source, and the alarm when it does not."""
+
+import logging
 
 import pytest
 import torch
 from torch import nn
+from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla.modeling_vanilla import (
@@ -10,6 +14,8 @@ from hf_vanilla.modeling_vanilla import (
     label_smoothed_cross_entropy_sum,
     shift_tokens_right,
 )
+from hf_vanilla.training.callbacks import SourceNeglectCallback
+from hf_vanilla.training.metrics import source_use_metrics, source_use_totals
 
 from .conftest import BOS, EOS, PAD, make_model, padded_batch
 
@@ -151,7 +157,15 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         assert torch.allclose(plain[name], checkpointed[name], atol=1e-6), name
 
 
-def test_tiny_model_learns_to_copy():
+def copy_batch(generator: torch.Generator, rows: int = 32) -> torch.Tensor:
+    """Random sequences of 6 ordinary tokens and EOS: source and target of the copy task."""
+    body = torch.randint(4, 16, (rows, 6), generator=generator)
+    return torch.cat([body, torch.full((rows, 1), EOS)], dim=1)
+
+
+@pytest.fixture(scope="module")
+def copy_training():
+    """A tiny model trained 300 updates to copy its source; returns it with its losses."""
     torch.manual_seed(0)
     model = make_model(vocab_size=16, dropout=0.0, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
@@ -160,16 +174,82 @@ def test_tiny_model_learns_to_copy():
     generator = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(300):
-        body = torch.randint(4, 16, (32, 6), generator=generator)
-        sequence = torch.cat([body, torch.full((32, 1), EOS)], dim=1)
+        sequence = copy_batch(generator)
         loss = model(input_ids=sequence, attention_mask=torch.ones_like(sequence), labels=sequence).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
+    return model.eval(), losses
+
+
+def test_tiny_model_learns_to_copy(copy_training):
+    model, losses = copy_training
     assert sum(losses[-20:]) / 20 < 0.15  # from ln(12) = 2.5 at chance; the mean of the last 20 (0.04-0.06 measured)
-    model.eval()
     test = torch.tensor([[4, 9, 15, 7, 7, 12, EOS]])
     out = model.generate(input_ids=test, max_new_tokens=10, num_beams=1, do_sample=False)
     assert out[0, 1:].tolist() == test[0].tolist()
+
+
+def copy_task_batches(count: int = 3) -> list[dict]:
+    generator = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(count):
+        sequence = copy_batch(generator, rows=8)
+        batches.append({"input_ids": sequence, "attention_mask": torch.ones_like(sequence), "labels": sequence})
+    return batches
+
+
+def test_source_use_is_large_for_a_model_that_copies(copy_training):
+    model, _ = copy_training
+    metrics = source_use_metrics(source_use_totals(model, copy_task_batches()))
+    # With the true source the copy is near certain; with another row's, each token is a guess among 12.
+    assert metrics["eval_nll"] < 0.2
+    assert metrics["eval_source_use"] > 1.5
+    assert metrics["eval_source_use"] == pytest.approx(metrics["eval_nll_shuffled_source"] - metrics["eval_nll"])
+
+
+def test_source_use_is_zero_for_a_model_that_ignores_its_source():
+    model = make_model(dropout=0.0).eval()
+    for layer in model.model.decoder.layers:  # cross-attention contributes nothing: the decoder is a language model
+        nn.init.zeros_(layer.encoder_attn.out_proj.weight)
+        nn.init.zeros_(layer.encoder_attn.out_proj.bias)
+    input_ids, attention_mask, labels = labelled_batch()
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels, "source_length": None}
+    metrics = source_use_metrics(source_use_totals(model, [batch]))
+    assert metrics["eval_source_use"] == pytest.approx(0.0, abs=1e-6)
+    # the NLL is the model's own token-mean loss (no label smoothing)
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    assert metrics["eval_nll"] == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_source_use_skips_single_row_batches_and_reports_nothing_without_tokens():
+    model = make_model(dropout=0.0).eval()
+    input_ids, attention_mask, labels = labelled_batch()
+    single = {"input_ids": input_ids[:1], "attention_mask": attention_mask[:1], "labels": labels[:1]}
+    assert source_use_totals(model, [single]).tolist() == [0.0, 0.0, 0.0]
+    assert source_use_metrics(source_use_totals(model, [single]), prefix="test") == {}
+
+
+def evaluations(callback: SourceNeglectCallback, source_uses: list[float], warmup_steps: int) -> None:
+    args = TrainingArguments(output_dir="unused", warmup_steps=warmup_steps, report_to=[])
+    state = TrainerState(max_steps=10_000)
+    for step, source_use in enumerate(source_uses, start=1):
+        state.global_step = step * 100
+        callback.on_evaluate(args, state, TrainerControl(), metrics={"eval_source_use": source_use})
+
+
+def test_neglect_callback_warns_when_source_use_stays_near_zero_past_warmup(caplog):
+    with caplog.at_level(logging.WARNING, logger="hf_vanilla.training.callbacks"):
+        evaluations(SourceNeglectCallback(threshold=0.1, patience=2), [0.0, 0.01, 0.02, 0.03], warmup_steps=150)
+    warnings = [record.getMessage() for record in caplog.records if "SOURCE NEGLECT" in record.getMessage()]
+    # updates 100 (warm-up) is not counted; 200 is the first low one, 300 the second: warnings at 300 and 400
+    assert len(warnings) == 2 and "At update 300 " in warnings[0]
+    assert "qkv_init_gain" in warnings[0] and "normalize_before" in warnings[0]
+
+
+def test_neglect_callback_is_quiet_for_a_model_that_uses_its_source_or_recovers(caplog):
+    with caplog.at_level(logging.WARNING, logger="hf_vanilla.training.callbacks"):
+        evaluations(SourceNeglectCallback(), [0.0, 0.0, 0.0, 0.05, 0.8, 0.05, 1.5, 2.0], warmup_steps=350)
+    assert not [record for record in caplog.records if "SOURCE NEGLECT" in record.getMessage()]

@@ -42,6 +42,7 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
     assert list((output / "runs").rglob("events.out.tfevents.*")), "TensorBoard logs"
     log = (output / "log.csv").read_text().splitlines()
     assert log[0] == "step,epoch,name,value" and any(",eval_bleu," in row for row in log)
+    assert any(",eval_source_use," in row for row in log)  # the neglect detector is on by default
     losses = [float(row.split(",")[3]) for row in log[1:] if row.split(",")[2] == "loss"]
     assert losses[-1] < losses[0]  # it learns
     hyperparameters = json.loads((output / "final" / "hyperparameters.json").read_text())

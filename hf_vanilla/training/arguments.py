@@ -41,6 +41,10 @@ class RecipeArguments:
     average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
     early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
     max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
+    detect_source_neglect: bool = field(
+        default=True,
+        metadata={"help": "measure eval_source_use at every evaluation and warn when the model ignores its source"},
+    )
     bleu_tokenize: str = field(default="13a", metadata={"help": "sacreBLEU tokenizer; 'none' for pre-tokenized"})
     bleu_lowercase: bool = False
     test_num_beams: int = field(default=4, metadata={"help": "beam size for the final test evaluation"})

@@ -1,9 +1,18 @@
-"""Translation metrics that need no download: sacreBLEU's BLEU and chrF as an `evaluate` metric, and the
-`compute_metrics` hook that feeds it generated ids."""
+"""Translation metrics that need no download: sacreBLEU's BLEU and chrF as an `evaluate` metric, the
+`compute_metrics` hook that feeds it generated ids, and how much a model uses its source."""
+
+from collections.abc import Iterable
 
 import evaluate
 import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
 from transformers import PreTrainedTokenizerBase
+
+
+# Teacher-forced inputs of a seq2seq batch; everything else a collator adds (lengths, ids) is not the model's.
+MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "decoder_input_ids", "decoder_attention_mask")
 
 
 class TranslationMetric(evaluate.Metric):
@@ -54,3 +63,43 @@ def build_compute_metrics(tokenizer: PreTrainedTokenizerBase, metric: Translatio
         return {"bleu": scores["bleu"], "chrf": scores["chrf"]}  # Trainer logs numbers only
 
     return compute_metrics
+
+
+@torch.no_grad()
+def source_use_totals(model: nn.Module, batches: Iterable[dict]) -> torch.Tensor:
+    """Summed teacher-forced NLL of the target tokens with each row's own source, the same with the sources rolled by
+    one row (every target paired with another sentence's source), and the number of target tokens, as a float64
+    tensor [3] on the model's device (so that processes can add theirs up). Batches of one row cannot be shuffled
+    and are skipped in both sums."""
+    device = next(model.parameters()).device
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
+    for batch in batches:
+        batch = {name: batch[name].to(device) for name in MODEL_INPUTS if name in batch}
+        if batch["input_ids"].shape[0] < 2:
+            continue
+        labels = batch["labels"]
+        scored = labels.ne(-100)
+        shuffled = {**batch, "input_ids": batch["input_ids"].roll(1, 0)}
+        if "attention_mask" in batch:
+            shuffled["attention_mask"] = batch["attention_mask"].roll(1, 0)
+        for index, inputs in enumerate((batch, shuffled)):
+            logits = model(**inputs).logits  # [batch, target_length, vocab]
+            totals[index] += F.cross_entropy(logits[scored].float(), labels[scored], reduction="sum").double()
+        totals[2] += scored.sum()
+    return totals
+
+
+def source_use_metrics(totals: torch.Tensor, prefix: str = "eval") -> dict[str, float]:
+    """`source_use_totals` as per-token figures: `<prefix>_nll` (nats per target token, no label smoothing),
+    `<prefix>_nll_shuffled_source` and their difference `<prefix>_source_use`: how many nats per token the true source
+    is worth. Near 0 means the decoder ignores its input (source neglect); a model that translates scores well
+    above 1. Empty when there was nothing to score."""
+    true_nll, shuffled_nll, tokens = totals.tolist()
+    if tokens == 0:
+        return {}
+    true_nll, shuffled_nll = true_nll / tokens, shuffled_nll / tokens
+    return {
+        f"{prefix}_nll": true_nll,
+        f"{prefix}_nll_shuffled_source": shuffled_nll,
+        f"{prefix}_source_use": shuffled_nll - true_nll,
+    }

@@ -28,7 +28,13 @@ from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 from ..pipeline_vanilla import decoding_budget
 from ..tokenization import train_bpe_tokenizer
 from .arguments import RecipeArguments, resume_point, with_paper_learning_rate
-from .callbacks import CheckpointAveragingCallback, CsvLoggerCallback, StopOnSigtermCallback, TimeBudgetCallback
+from .callbacks import (
+    CheckpointAveragingCallback,
+    CsvLoggerCallback,
+    SourceNeglectCallback,
+    StopOnSigtermCallback,
+    TimeBudgetCallback,
+)
 from .metrics import TranslationMetric, build_compute_metrics
 from .report import card_hyperparameters, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
@@ -106,6 +112,8 @@ def recipe_callbacks(recipe: RecipeArguments, output_dir: Path, tokenizer: PreTr
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
     if recipe.max_train_minutes:
         callbacks.append(TimeBudgetCallback(recipe.max_train_minutes))
+    if recipe.detect_source_neglect:
+        callbacks.append(SourceNeglectCallback())
     if recipe.average_last:
         callbacks.append(CheckpointAveragingCallback(recipe.average_last, tokenizer))
     return callbacks
@@ -156,6 +164,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         compute_metrics=build_compute_metrics(tokenizer, metric),
         callbacks=callbacks,
         max_tokens=recipe.max_tokens,
+        measure_source_use=recipe.detect_source_neglect,
     )
     trainer.train(resume_from_checkpoint=resume_point(training_args.resume_from_checkpoint))
     stopped_at = next(c.stopped_at for c in callbacks if isinstance(c, StopOnSigtermCallback))

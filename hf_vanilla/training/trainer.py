@@ -1,5 +1,5 @@
-"""`Seq2SeqTrainer` with token-budget batches, the chunked training loss and a generation config that evaluation
-leaves as it found it."""
+"""`Seq2SeqTrainer` with token-budget batches, the chunked training loss, a measure of how much the model uses its
+source at every evaluation, and a generation config that evaluation leaves as it found it."""
 
 import copy
 
@@ -8,14 +8,18 @@ from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
 
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
+from .metrics import source_use_metrics, source_use_totals
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`."""
+    """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`. With `measure_source_use`,
+    every evaluation also reports `eval_nll`, `eval_nll_shuffled_source` and `eval_source_use`
+    (`metrics.source_use_metrics`), which `SourceNeglectCallback` watches."""
 
-    def __init__(self, *args, max_tokens: int, **kwargs):
+    def __init__(self, *args, max_tokens: int, measure_source_use: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.measure_source_use = measure_source_use
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
 
@@ -47,6 +51,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self.label_smoother = smoother
+
+    def evaluation_loop(self, dataloader, description, *args, metric_key_prefix: str = "eval", **kwargs):
+        output = super().evaluation_loop(dataloader, description, *args, metric_key_prefix=metric_key_prefix, **kwargs)
+        if self.measure_source_use:
+            # Two teacher-forced passes over the evaluation batches: cheap next to the generation above.
+            totals = self.accelerator.reduce(source_use_totals(self.model, dataloader), reduction="sum")
+            output.metrics.update(source_use_metrics(totals, metric_key_prefix))
+        return output
 
     def prediction_step(self, *args, **kwargs):
         # Seq2SeqTrainer fills every library default into `model.generation_config` (max_length=20 among them),
