@@ -109,6 +109,21 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, uninterrupted_run):
 
 
 @pytest.mark.slow
+def test_killed_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path, uninterrupted_run):
+    kill_at = random.Random().choice([8, 12])  # a save step: the kill lands between the weights and the optimizer
+    killed = train_worker(tmp_path, "--kill-while-saving", str(kill_at))
+    assert killed.returncode == -9, (kill_at, killed.stderr[-2000:])
+    newest = max(int(folder.name.split("-")[1]) for folder in tmp_path.glob("checkpoint-*"))
+    assert newest == kill_at - 4  # the half-written checkpoint is not where a resume would look
+    assert train_worker(tmp_path, "--resume").returncode == 0
+
+    resumed = json.loads((tmp_path / "rank0.json").read_text())
+    assert resumed["step"] == 12
+    assert resumed["weights"] == uninterrupted_run["weights"], f"killed while saving step {kill_at}"
+    assert not (tmp_path / ".incomplete-checkpoints").exists()  # the leftover was cleared by the next save
+
+
+@pytest.mark.slow
 def test_sigterm_saves_the_current_step_and_resumes_to_the_same_weights(tmp_path, uninterrupted_run):
     term_at = random.Random().choice([5, 6, 7, 9, 10, 11])  # not a save step: only the signal saves here
     stopped = train_worker(tmp_path, "--terminate-at", str(term_at))

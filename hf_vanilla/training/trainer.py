@@ -1,25 +1,41 @@
 """`Seq2SeqTrainer` with token-budget batches, the chunked training loss, a measure of how much the model uses its
-source at every evaluation, and a generation config that evaluation leaves as it found it."""
+source at every evaluation, checkpoints that appear whole or not at all, and a generation config that evaluation
+leaves as it found it."""
 
+import contextlib
 import copy
+import os
+import shutil
+from pathlib import Path
 
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
 
 
+# Checkpoints are written under this hidden folder of the output directory and renamed into place when complete.
+STAGING_DIR = ".incomplete-checkpoints"
+
+
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`. With `measure_source_use`,
     every evaluation also reports `eval_nll`, `eval_nll_shuffled_source` and `eval_source_use`
-    (`metrics.source_use_metrics`), which `SourceNeglectCallback` watches."""
+    (`metrics.source_use_metrics`), which `SourceNeglectCallback` watches.
+
+    Checkpoints are atomic: `checkpoint-N` is written under `<output_dir>/.incomplete-checkpoints/` and renamed into
+    the output directory once every file is on disk, so a run killed while it saves leaves the last complete
+    checkpoint as the newest one, and `resume_from_checkpoint=True` (the library's `get_last_checkpoint`) resumes
+    from it."""
 
     def __init__(self, *args, max_tokens: int, measure_source_use: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
         self.measure_source_use = measure_source_use
+        self._staging_checkpoint = False
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
 
@@ -59,6 +75,43 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             totals = self.accelerator.reduce(source_use_totals(self.model, dataloader), reduction="sum")
             output.metrics.update(source_use_metrics(totals, metric_key_prefix))
         return output
+
+    def _get_output_dir(self, trial) -> str:
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = run_dir / STAGING_DIR / name, run_dir / name
+        if self.args.should_save:
+            shutil.rmtree(staged, ignore_errors=True)  # what a killed save of this step left behind
+        self.accelerator.wait_for_everyone()
+        self._staging_checkpoint = True  # the library writes the whole checkpoint under the staging folder
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_checkpoint = False
+        self.accelerator.wait_for_everyone()  # every process's files (optimizer shards, RNG states) are written
+        if not self.args.should_save:
+            return
+        # Inside the staging folder the library could only see this step's checkpoint: point the state at the best
+        # one as it will lie once renamed, and write the state again before the rename makes the folder visible.
+        if self.state.best_global_step:
+            best = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}"
+            if best.is_dir() or best == final:
+                self.state.best_model_checkpoint = str(best)
+            self.state.save_to_json(str(staged / "trainer_state.json"))
+        shutil.rmtree(final, ignore_errors=True)  # a checkpoint of the same step from before a resume
+        os.replace(staged, final)
+        with contextlib.suppress(OSError):  # leave no empty staging folder behind (other saves may still use it)
+            staged.parent.rmdir()
+        rotate_checkpoints(
+            output_dir=str(run_dir),
+            save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint,
+            use_mtime=False,
+        )
 
     def prediction_step(self, *args, **kwargs):
         # Seq2SeqTrainer fills every library default into `model.generation_config` (max_length=20 among them),

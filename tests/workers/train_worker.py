@@ -2,7 +2,9 @@
 
 Writes `<output_dir>/rank<r>.json`: the batches this rank saw (as id tuples) and a digest of its final weights.
 With `--kill-at N` the process SIGKILLs itself after update N (a crash, not a clean stop); with `--terminate-at N`
-it sends itself SIGTERM there (a preemption: the trainer saves a checkpoint at N and stops).
+it sends itself SIGTERM there (a preemption: the trainer saves a checkpoint at N and stops); with
+`--kill-while-saving N` it SIGKILLs itself in the middle of writing checkpoint N, after the model weights and
+before the optimizer and trainer state.
 """
 
 import argparse
@@ -45,6 +47,19 @@ class SignalAt(TrainerCallback):
             os.kill(os.getpid(), self.signal_number)
 
 
+def kill_while_saving(trainer: TokenBudgetSeq2SeqTrainer, step: int) -> None:
+    """SIGKILL the process when the checkpoint of `step` has its weights on disk but not yet its optimizer state."""
+    save_optimizer_and_scheduler = trainer._save_optimizer_and_scheduler
+
+    def save_or_die(output_dir: str) -> None:
+        if trainer.state.global_step == step:
+            assert Path(output_dir, "model.safetensors").exists()  # the kill really lands inside the save
+            os.kill(os.getpid(), signal.SIGKILL)
+        save_optimizer_and_scheduler(output_dir)
+
+    trainer._save_optimizer_and_scheduler = save_or_die
+
+
 def synthetic_pairs(count: int = 160) -> Dataset:
     generator = torch.Generator().manual_seed(0)
     rows = {"input_ids": [], "attention_mask": [], "labels": [], "source_length": [], "target_length": []}
@@ -66,6 +81,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=4)
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--terminate-at", type=int)
+    parser.add_argument("--kill-while-saving", type=int)
     parser.add_argument("--resume", action="store_true")
     options = parser.parse_args()
 
@@ -115,6 +131,8 @@ def main() -> None:
         ],
         max_tokens=48,
     )
+    if options.kill_while_saving:
+        kill_while_saving(trainer, options.kill_while_saving)
     trainer.train(resume_from_checkpoint=True if options.resume else None)
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
