@@ -33,6 +33,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
+from .pipeline_vanilla import CUSTOM_PIPELINES
 
 
 logger = logging.get_logger(__name__)
@@ -48,6 +49,11 @@ REMOTE_CODE_AUTO_MAP = {
 
 # §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6": the generation config's defaults.
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6}
+
+# The generation config's length limit, as MarianMT's: a bare `generate()` or a Seq2SeqTrainer evaluation would
+# otherwise get the library's silent 20. Where the project decodes (pipeline, translate, recipe) it passes the
+# paper's tighter budget, source length + 50 (`pipeline_vanilla.decoding_budget`).
+DEFAULT_MAX_LENGTH = 512
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -430,7 +436,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
 
     def save_pretrained(self, save_directory: str, *args, **kwargs) -> None:
+        # Every folder (Trainer checkpoints included) loads and translates with trust_remote_code=True where
+        # hf_vanilla is not installed: the library copies this file and its relative imports (the config and the
+        # pipeline), and these two entries point the Auto classes and `pipeline()` at them.
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **REMOTE_CODE_AUTO_MAP}
+        self.config.custom_pipelines = {**(self.config.__dict__.get("custom_pipelines") or {}), **CUSTOM_PIPELINES}
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
@@ -744,7 +754,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             {"lm_head.weight": f"{tied_to}.embed_tokens.weight"} if config.tie_word_embeddings else {}
         )
         self.post_init()
-        self.generation_config.update(**PAPER_DECODING)
+        self.generation_config.update(**PAPER_DECODING, max_length=DEFAULT_MAX_LENGTH)
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:

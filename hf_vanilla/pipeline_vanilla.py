@@ -2,9 +2,10 @@
 """`pipeline("translation")` for hf_vanilla models.
 
 transformers 5 removed its translation pipeline. This one is copied next to published weights (registered in
-`config.custom_pipelines`), so `pipeline("translation", model=folder, trust_remote_code=True)` works where
-hf_vanilla is not installed; `import hf_vanilla` registers it in-process for model objects and folders.
-It imports only torch and transformers.
+`config.custom_pipelines`) by every `save_pretrained`, so `pipeline("translation", model=folder,
+trust_remote_code=True)` works where hf_vanilla is not installed; `import hf_vanilla` registers it in-process for
+model objects and folders, where it also serves other seq2seq models (MarianMT, ...) exactly as their `generate()`
+does. It imports only torch and transformers.
 """
 
 import math
@@ -17,6 +18,17 @@ from transformers import Pipeline
 EXTRA_TARGET_TOKENS = 50
 
 _LENGTH_ARGUMENTS = ("max_new_tokens", "max_length")
+
+# What every saved hf_vanilla folder lists in `config.custom_pipelines` (written by the models' `save_pretrained`,
+# which also copies this file): `pipeline("translation", model=folder, trust_remote_code=True)` then works in a
+# Python without hf_vanilla, for Trainer checkpoints as much as for published models.
+CUSTOM_PIPELINES = {
+    "translation": {
+        "impl": "pipeline_vanilla.VanillaTranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
 
 
 def decoding_budget(source_length: int, ratio: float = 1.0, extra: int = EXTRA_TARGET_TOKENS) -> int:
@@ -90,8 +102,10 @@ class VanillaTranslationPipeline(Pipeline):
     def _forward(self, model_inputs: dict[str, torch.Tensor], generate_kwargs: dict | None = None) -> dict:
         generate_kwargs = dict(generate_kwargs or {})
         batch_size, source_length = model_inputs["input_ids"].shape
-        if not any(name in generate_kwargs for name in _LENGTH_ARGUMENTS):
-            # generate()'s own default (max_length=20) would silently cut translations.
+        if self.model.config.model_type == "vanilla_transformer" and not any(
+            name in generate_kwargs for name in _LENGTH_ARGUMENTS
+        ):
+            # hf_vanilla models decode with the paper's budget; any other model as its generation config says.
             generate_kwargs["max_new_tokens"] = decoding_budget(source_length)
         output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
         # [batch * n_best, T] -> [batch, n_best, T], so the pipeline's un-batching keeps each input's n-best together

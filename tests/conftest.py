@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,23 @@ def small_tokenizer():
     """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
     lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
+
+
+# Translates with a saved folder through remote code only: argv folder, JSON list of sources; prints JSON.
+REMOTE_PIPELINE = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["hf_vanilla"] = None  # hf_vanilla cannot be imported here
+    from transformers import pipeline
+    folder, sources = sys.argv[1], json.loads(sys.argv[2])
+    translator = pipeline(
+        "translation", model=folder, trust_remote_code=True, model_kwargs={"attn_implementation": "eager"}
+    )
+    assert type(translator).__module__.startswith("transformers_modules"), type(translator).__module__
+    outputs = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
+    print(json.dumps([o["translation_text"] for o in outputs]))
+    """
+)
 
 
 def run_without_hf_vanilla(script: str, args: list[str], workdir: Path) -> str:

@@ -157,3 +157,24 @@ def test_converted_folder_translates_with_the_marian_tokenizer(marian_tokenizer,
         for s in sources
     ]
     assert got == expected
+
+
+def test_the_translation_pipeline_serves_marian_as_its_own_generate(marian_tokenizer):
+    # `import hf_vanilla` restores the task transformers 5 removed; other models must get exactly what their own
+    # generation config gives, not our length budget or beam defaults.
+    from transformers import pipeline
+
+    tokenizer = marian_tokenizer
+    config = opus_mt_like(shared=True).config
+    config.vocab_size = config.decoder_vocab_size = len(tokenizer)
+    config.pad_token_id = config.decoder_start_token_id = tokenizer.pad_token_id
+    torch.manual_seed(3)
+    marian = MarianMTModel(config).eval()
+    marian.generation_config.update(num_beams=3, max_length=12)  # what a MarianMT checkpoint sets (4, 512)
+    translator = pipeline("translation", model=marian, tokenizer=tokenizer)
+    sources = ["A dog runs on the grass.", "Two men play football in a park."]
+    expected = [
+        tokenizer.decode(marian.generate(**tokenizer(s, return_tensors="pt"))[0], skip_special_tokens=True)
+        for s in sources
+    ]
+    assert [t["translation_text"] for t in translator(sources)] == expected

@@ -5,6 +5,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from hf_vanilla.inference import static_cache_and_compile
+from hf_vanilla.modeling_vanilla import DEFAULT_MAX_LENGTH
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
@@ -147,3 +148,12 @@ def test_static_cache_longer_than_the_position_table(position_embedding_type, so
     dynamic = generate(model, inputs, **GREEDY)
     assert torch.equal(generate(model, inputs, cache_implementation="static", **GREEDY), dynamic)
     assert model.model.decoder.embed_positions.weight.shape[0] > 8  # grew to the cache, not cut the output
+
+
+def test_a_bare_generate_is_not_cut_at_twenty_tokens():
+    # The library's default max_length is 20; ours is MarianMT's 512, so only EOS or the caller stops a translation.
+    model = make_model(add_final_logits_bias=True).eval()
+    model.final_logits_bias[0, 7] = 1e4  # token 7 always wins: EOS never comes
+    out = model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, do_sample=False)
+    assert out.shape == (1, DEFAULT_MAX_LENGTH) and DEFAULT_MAX_LENGTH == 512
+    assert model.generation_config.max_length == 512

@@ -1,16 +1,17 @@
 """Joint BPE on Multi30k, and `pipeline("translation")` in its three forms on transformers 5."""
 
 import json
-import textwrap
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTranslationPipeline
+from hf_vanilla import pipeline_vanilla as pipeline_module
 from hf_vanilla.data import read_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
 
-from .conftest import MULTI30K, make_model, run_without_hf_vanilla
+from .conftest import MULTI30K, REMOTE_PIPELINE, make_model, run_without_hf_vanilla
 
 
 @pytest.mark.slow
@@ -112,22 +113,6 @@ def test_form_b_saved_folder(translator_parts, tmp_path):
     assert [o["translation_text"] for o in outputs] == reference_translations(model, tokenizer, num_beams=1)
 
 
-REMOTE_PIPELINE = textwrap.dedent(
-    """
-    import json, sys
-    sys.modules["hf_vanilla"] = None  # hf_vanilla cannot be imported here
-    from transformers import pipeline
-    folder, sources = sys.argv[1], json.loads(sys.argv[2])
-    translator = pipeline(
-        "translation", model=folder, trust_remote_code=True, model_kwargs={"attn_implementation": "eager"}
-    )
-    assert type(translator).__module__.startswith("transformers_modules"), type(translator).__module__
-    outputs = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
-    print(json.dumps([o["translation_text"] for o in outputs]))
-    """
-)
-
-
 def test_form_c_remote_code_in_a_fresh_process(translator_parts, tmp_path):
     model, tokenizer = translator_parts
     folder = tmp_path / "model"
@@ -135,6 +120,19 @@ def test_form_c_remote_code_in_a_fresh_process(translator_parts, tmp_path):
     stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(folder), json.dumps(SOURCES)], tmp_path)
     remote = json.loads(stdout.strip().splitlines()[-1])
     assert remote == reference_translations(model, tokenizer, num_beams=1)
+
+
+def test_a_plain_save_pretrained_folder_translates_without_hf_vanilla(translator_parts, tmp_path):
+    # No pipeline object involved: model.save_pretrained (what every Trainer checkpoint calls) writes the pipeline.
+    model, tokenizer = translator_parts
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vanilla.VanillaTranslationPipeline"
+    assert (folder / "pipeline_vanilla.py").read_text() == Path(pipeline_module.__file__).read_text()
+    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(folder), json.dumps(SOURCES)], tmp_path)
+    assert json.loads(stdout.strip().splitlines()[-1]) == reference_translations(model, tokenizer, num_beams=1)
 
 
 def test_translations_are_not_cut_at_twenty_tokens(translator_parts):

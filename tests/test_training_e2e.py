@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
+from .conftest import REMOTE_PIPELINE, run_without_hf_vanilla
+
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "train_worker.py"
@@ -47,8 +49,12 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
     assert losses[-1] < losses[0]  # it learns
     hyperparameters = json.loads((output / "final" / "hyperparameters.json").read_text())
     assert hyperparameters["checkpoints_averaged"] == 2 and hyperparameters["label_smoothing"] == 0.1
-    for folder in ("final", "averaged", "checkpoint-40"):  # evaluation must not leak the library's defaults in
-        assert "max_length" not in json.loads((output / folder / "generation_config.json").read_text())
+    for folder in ("final", "averaged", "checkpoint-40"):  # our length limit, not the library's 20 leaked in
+        assert json.loads((output / folder / "generation_config.json").read_text())["max_length"] == 512
+
+    # A Trainer checkpoint translates in a Python without hf_vanilla, through remote code only.
+    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output / "checkpoint-40"), json.dumps(["A dog."])], tmp_path)
+    assert isinstance(json.loads(stdout.strip().splitlines()[-1])[0], str)
 
     model = AutoModelForSeq2SeqLM.from_pretrained(output / "final")
     tokenizer = AutoTokenizer.from_pretrained(output / "final")
