@@ -37,6 +37,7 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
 
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["global_step"] == 40 and scores["dropped_training_pairs"] == 0
+    assert scores["seed"] == 1 and scores["train_wall_seconds"] > 0 and "torch " in scores["hardware"]
     assert 0.0 <= scores["test_bleu"] <= 100.0 and "version:" in scores["bleu_signature"]
     assert (output / "tokenizer" / "tokenizer.json").exists()  # trained because none was given
     assert (output / "averaged" / "model.safetensors").exists() and (output / "averaged" / "tokenizer.json").exists()

@@ -36,7 +36,7 @@ from .callbacks import (
     TimeBudgetCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics
-from .report import card_hyperparameters, write_test_report
+from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
 
 
@@ -166,7 +166,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         max_tokens=recipe.max_tokens,
         measure_source_use=recipe.detect_source_neglect,
     )
-    trainer.train(resume_from_checkpoint=resume_point(training_args.resume_from_checkpoint))
+    trained = trainer.train(resume_from_checkpoint=resume_point(training_args.resume_from_checkpoint))
     stopped_at = next(c.stopped_at for c in callbacks if isinstance(c, StopOnSigtermCallback))
     if stopped_at is not None:
         raise TrainingInterrupted(stopped_at, output_dir)
@@ -178,7 +178,14 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     test = trainer.predict(
         tokenized["test"], num_beams=recipe.test_num_beams, max_length=training_args.generation_max_length
     )
-    scores = {**test.metrics, "dropped_training_pairs": dropped, "global_step": trainer.state.global_step}
+    scores = {
+        **test.metrics,
+        "dropped_training_pairs": dropped,
+        "global_step": trainer.state.global_step,
+        "seed": training_args.seed,
+        "train_wall_seconds": trained.metrics["train_runtime"],  # this session's training, evaluations included
+        "hardware": hardware_description(training_args.world_size),
+    }
     if trainer.is_world_process_zero():
         trainer.save_model(output_dir / "final")
         hypotheses = tokenizer.batch_decode(

@@ -2,8 +2,11 @@
 card's hyper-parameter table, the curves, and a short summary on stdout."""
 
 import json
+import os
+import platform
 from pathlib import Path
 
+import torch
 from transformers import PreTrainedModel, Seq2SeqTrainingArguments
 
 from ..plotting import plot_training_curves
@@ -38,6 +41,18 @@ def card_hyperparameters(
         "recipe.source_language": source_language,
         "recipe.target_language": target_language,
     }
+
+
+def hardware_description(processes: int) -> str:
+    """The machine a run trained on, for its scores file: the GPU, or the CPU model with cores and threads."""
+    if torch.cuda.is_available():
+        device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
+        name = models[0] if models else platform.processor() or platform.machine()
+        device = f"CPU {name}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+    return f"{device}; {processes} process(es); torch {torch.__version__}; {platform.system()}"
 
 
 def write_test_report(
