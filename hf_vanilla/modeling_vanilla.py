@@ -443,6 +443,41 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         self.config.custom_pipelines = {**(self.config.__dict__.get("custom_pipelines") or {}), **CUSTOM_PIPELINES}
         super().save_pretrained(save_directory, *args, **kwargs)
 
+    def _resize_token_embeddings(
+        self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        # The library's version also resizes an untied output layer, which with separate vocabularies belongs to the
+        # target side: here the source embeddings change, and the whole target side with them when they are shared.
+        embeddings = self._get_resized_embeddings(
+            self.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
+        )
+        self.set_input_embeddings(embeddings)
+        if self.config.share_encoder_decoder_embeddings:
+            self._target_vocabulary_resized(embeddings.num_embeddings, mean_resizing)
+        return embeddings
+
+    def resize_decoder_token_embeddings(
+        self, new_num_tokens: int, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize a separate target vocabulary: decoder embeddings, output layer and logits bias (as MarianMT's).
+        With shared embeddings `resize_token_embeddings` resizes both sides."""
+        if self.config.share_encoder_decoder_embeddings:
+            raise ValueError(
+                "`resize_decoder_token_embeddings` resizes a separate target vocabulary, but this model shares its "
+                "embeddings (`share_encoder_decoder_embeddings=True`): call `resize_token_embeddings` instead."
+            )
+        decoder = self.get_decoder()
+        decoder.embed_tokens = self._get_resized_embeddings(
+            decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
+        )
+        self._target_vocabulary_resized(decoder.embed_tokens.num_embeddings, mean_resizing)
+        self.tie_weights()
+        return decoder.embed_tokens
+
+    def _target_vocabulary_resized(self, size: int, mean_resizing: bool) -> None:
+        """Bring what depends on the target vocabulary to `size` entries (the generation head adds its layers)."""
+        self.config.decoder_vocab_size = size
+
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         # transformers gates every tie on `config.tie_word_embeddings`; ours are two independent switches
         # (share source/target embeddings, tie the output projection), so each class lists exactly the ties its
@@ -755,6 +790,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         self.post_init()
         self.generation_config.update(**PAPER_DECODING, max_length=DEFAULT_MAX_LENGTH)
+
+    def _target_vocabulary_resized(self, size: int, mean_resizing: bool) -> None:
+        super()._target_vocabulary_resized(size, mean_resizing)
+        if not self.config.tie_word_embeddings:  # a tied head follows the embeddings in `tie_weights`
+            self.lm_head = self._get_resized_lm_head(self.lm_head, size, mean_resizing=mean_resizing)
+        if self.final_logits_bias is not None:  # new entries start at 0, as MarianMT's
+            bias = self.final_logits_bias.new_zeros(1, size)
+            kept = min(size, self.final_logits_bias.shape[-1])
+            bias[:, :kept] = self.final_logits_bias[:, :kept]
+            self.final_logits_bias = bias
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:

@@ -145,3 +145,53 @@ def test_remote_code_loads_in_a_fresh_process_without_hf_vanilla(tmp_path, sourc
         assert torch.equal(remote["hidden"], model.model(**inputs).last_hidden_state)
         expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6)
     assert torch.equal(remote["generated"], expected)
+
+
+RESIZE_VARIANTS = {
+    "shared, tied": {},
+    "shared, untied head with logits bias": {"tie_word_embeddings": False, "add_final_logits_bias": True},
+    "separate, tied": {"share_encoder_decoder_embeddings": False},
+    "separate, untied head with logits bias": {
+        "share_encoder_decoder_embeddings": False,
+        "tie_word_embeddings": False,
+        "add_final_logits_bias": True,
+    },
+}
+
+
+@pytest.mark.parametrize("variant", RESIZE_VARIANTS)
+def test_resized_vocabulary_keeps_the_old_tokens_and_saves_loads_and_generates(variant, tmp_path):
+    model = make_model(**RESIZE_VARIANTS[variant])
+    if model.final_logits_bias is not None:
+        model.final_logits_bias.normal_()  # a converted Marian checkpoint's bias is not zero
+    old_source, old_target = model.config.vocab_size, model.config.decoder_vocab_size
+    input_ids, attention_mask = padded_batch([[5, 6, 7, 8, 2], [9, 10, 2]])
+    decoder_input_ids = torch.tensor([[BOS, 11, 12], [BOS, 13, 14]])
+    before = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+
+    model.resize_token_embeddings(old_source + 6)  # what "add tokens" tutorials and run_translation.py call
+    if model.config.share_encoder_decoder_embeddings:
+        with pytest.raises(ValueError, match="resize_token_embeddings"):
+            model.resize_decoder_token_embeddings(old_target + 3)
+        new_source = new_target = old_source + 6
+    else:
+        model.resize_decoder_token_embeddings(old_target + 3)
+        new_source, new_target = old_source + 6, old_target + 3
+    assert (model.config.vocab_size, model.config.decoder_vocab_size) == (new_source, new_target)
+
+    after = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    assert after.shape[-1] == new_target
+    assert torch.allclose(after[..., :old_target], before, atol=1e-6)  # the old vocabulary is untouched
+
+    # the new ids are accepted everywhere: source, decoder input, labels, generation
+    new_ids = torch.tensor([[new_source - 1, 5, 2]])
+    labels = torch.tensor([[new_target - 1, 2]])
+    loss = model(input_ids=new_ids, labels=labels).loss
+    assert torch.isfinite(loss)
+    generated = model.generate(input_ids=new_ids, num_beams=2, max_new_tokens=4)
+    assert int(generated.max()) < new_target
+
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert torch.allclose(reloaded(input_ids=new_ids, labels=labels).loss, loss, atol=1e-6)
+    assert torch.equal(reloaded.generate(input_ids=new_ids, num_beams=2, max_new_tokens=4), generated)
