@@ -1,9 +1,14 @@
 """hf_vanilla: the original Transformer (Vaswani et al. 2017) as a transformers model family.
 
 Importing the package registers the config and models with `AutoConfig`, `AutoModel` and
-`AutoModelForSeq2SeqLM`, and the translation pipeline with `pipeline()`. It also marks the classes for
-`save_pretrained` to write `auto_map` plus the remote-code files, so a saved folder also loads with
-`trust_remote_code=True` where hf_vanilla is not installed.
+`AutoModelForSeq2SeqLM`, and marks them for `save_pretrained` to write `auto_map`, `custom_pipelines` and the
+remote-code files, so a saved folder also loads and translates with `trust_remote_code=True` where hf_vanilla is not
+installed.
+
+Its one effect on the rest of transformers, deliberate and tested: it serves the task `"translation"`, which
+transformers 5 removed (it raised `KeyError`), with `VanillaTranslationPipeline`. That pipeline gives any other
+seq2seq model (MarianMT, T5, ...) exactly what the model's own `generate()` and generation config give; only
+hf_vanilla models get the paper's source + 50 length budget. Every other task is left as transformers leaves it.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -30,7 +35,8 @@ VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-# transformers 5 removed "translation" (it raises KeyError before looking at the registry); serve it again.
+# transformers 5 removed "translation" (it raises KeyError before looking at the registry); serve it again, for every
+# seq2seq model (see the module docstring).
 REMOVED_TASKS.pop("translation", None)
 if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not VanillaTranslationPipeline:
     PIPELINE_REGISTRY.register_pipeline(

@@ -75,6 +75,11 @@ def test_metric_equals_sacrebleu(tokenize, lowercase):
         scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score, abs=1e-9) or lowercase
     )
     assert f"tok:{tokenize}" in scores["bleu_signature"]
+    # an offline drop-in for evaluate.load("sacrebleu"): its keys, its values
+    assert scores["score"] == pytest.approx(expected.score)
+    assert (scores["counts"], scores["totals"]) == (expected.counts, expected.totals)
+    assert scores["precisions"] == pytest.approx(expected.precisions)
+    assert (scores["bp"], scores["sys_len"], scores["ref_len"]) == (expected.bp, expected.sys_len, expected.ref_len)
 
 
 def test_compute_metrics_maps_minus_100_to_padding(small_tokenizer):

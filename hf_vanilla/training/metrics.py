@@ -17,7 +17,9 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "decoder_input_ids", "d
 
 class TranslationMetric(evaluate.Metric):
     """Corpus BLEU and chrF with sacreBLEU, as an `evaluate` metric that needs no download (the Hub's
-    `evaluate.load("sacrebleu")` fetches a script at run time). Returns the scores and their signatures."""
+    `evaluate.load("sacrebleu")` fetches a script at run time). Returns BLEU, chrF and their signatures, and the keys
+    of the Hub's sacrebleu metric (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`, `ref_len`), so it is an
+    offline drop-in for it."""
 
     def __init__(self, tokenize: str = "13a", lowercase: bool = False, **kwargs):
         super().__init__(**kwargs)
@@ -45,6 +47,14 @@ class TranslationMetric(evaluate.Metric):
         return {
             "bleu": bleu_score.score,
             "chrf": chrf_score.score,
+            # the keys of the Hub's `evaluate.load("sacrebleu")`, for scripts written against it
+            "score": bleu_score.score,
+            "counts": bleu_score.counts,
+            "totals": bleu_score.totals,
+            "precisions": bleu_score.precisions,
+            "bp": bleu_score.bp,
+            "sys_len": bleu_score.sys_len,
+            "ref_len": bleu_score.ref_len,
             "bleu_signature": str(bleu.get_signature()),
             "chrf_signature": str(chrf.get_signature()),
         }
