@@ -15,6 +15,7 @@ Run from the repository root (the package `benchmarks` is not installed with hf_
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -41,7 +42,7 @@ class Measurement:
     unit: str
     ours: list[float]
     marian: list[float]
-    ct2: list[float] | None = None
+    ct2: dict[str, list[float]] | None = None  # CTranslate2 export per quantization: float32, int8, ...
 
     def row(self) -> dict:
         def summary(values):
@@ -59,9 +60,11 @@ class Measurement:
             "ratio": ours / marian,
             "better": "higher" if higher_is_better else "lower",
         }
-        if self.ct2:
-            result["ctranslate2"] = summary(self.ct2)
-            result["ratio_ct2_vs_marian"] = statistics.median(self.ct2) / marian
+        for quantization, values in (self.ct2 or {}).items():
+            result[f"ctranslate2_{quantization}"] = {
+                **summary(values),
+                "ratio_vs_marian": statistics.median(values) / marian,
+            }
         return result
 
 
@@ -89,8 +92,13 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) 
     return seconds
 
 
-def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str):
-    """A float32 CTranslate2 export of our model, translating the same ids; None without ctranslate2."""
+# CTranslate2 columns: the exact export and the two int8 modes that run on a CPU (weights int8; activations float32
+# in both, `int8_float32` keeps the non-GEMM weights in float32).
+CT2_QUANTIZATIONS = ("float32", "int8", "int8_float32")
+
+
+def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str, quantization: str):
+    """A CTranslate2 export of our model (`quantization`), translating the same ids; None without ctranslate2."""
     try:
         import ctranslate2
     except ImportError:
@@ -98,7 +106,8 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
     from hf_vanilla.interop.ctranslate2 import export_ctranslate2
 
     tokenizer = word_level_tokenizer(vocab)
-    export_ctranslate2(ours.float().cpu(), tokenizer, folder, force=True)
+    quantized = None if quantization == "float32" else quantization
+    export_ctranslate2(ours.float().cpu(), tokenizer, folder, quantization=quantized, force=True)
     translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
     ids, mask = inputs
     batch = [
@@ -140,14 +149,17 @@ def run_benchmark(
         inputs = source_batch(batch, length, vocab, device, mixed=mixed)
         runs = generation_runs(models, inputs, new_tokens, beams, **speed_path)
         if with_ct2 and device == "cpu" and not speed_path:
-            ct2 = ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, ct2_dir)
-            if ct2 is not None:
-                runs["ct2"] = ct2
+            for quantization in CT2_QUANTIZATIONS:
+                folder = os.path.join(ct2_dir, quantization)
+                ct2 = ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, folder, quantization)
+                if ct2 is not None:
+                    runs[f"ct2 {quantization}"] = ct2
         seconds = alternate(runs, repeats, device)
         rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
+        ct2_rates = {name.removeprefix("ct2 "): values for name, values in rate.items() if name.startswith("ct2 ")}
         results.append(
             Measurement(
-                f"generation {label}: 16 x 32 -> 64 new", "tokens/s", rate["ours"], rate["marian"], rate.get("ct2")
+                f"generation {label}: 16 x 32 -> 64 new", "tokens/s", rate["ours"], rate["marian"], ct2_rates or None
             )
         )
 
@@ -228,18 +240,19 @@ def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
 
 
 def markdown_table(report: dict) -> str:
-    header = (
-        "| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | CTranslate2 |\n|---|---|---|---|---|---|"
-    )
-    lines = [header]
+    ct2_columns = " | ".join(f"CTranslate2 {q}" for q in CT2_QUANTIZATIONS)
+    header = f"| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | {ct2_columns} |\n"
+    lines = [header + "|---" * (5 + len(CT2_QUANTIZATIONS)) + "|"]
     for row in report["results"]:
-        ct2 = row.get("ctranslate2")
-        ct2_text = f"{ct2['median']:.1f} ({row['ratio_ct2_vs_marian']:.2f}x Marian)" if ct2 else "—"
+        ct2_cells = []
+        for quantization in CT2_QUANTIZATIONS:
+            ct2 = row.get(f"ctranslate2_{quantization}")
+            ct2_cells.append(f"{ct2['median']:.1f} ({ct2['ratio_vs_marian']:.2f}x Marian)" if ct2 else "—")
         lines.append(
             f"| {row['name']} | {row['unit']} | {row['hf_vanilla']['median']:.2f} "
             f"[{row['hf_vanilla']['min']:.2f}–{row['hf_vanilla']['max']:.2f}] | {row['marian']['median']:.2f} "
             f"[{row['marian']['min']:.2f}–{row['marian']['max']:.2f}] | {row['ratio']:.2f} "
-            f"({row['better']} is better) | {ct2_text} |"
+            f"({row['better']} is better) | {' | '.join(ct2_cells)} |"
         )
     return "\n".join(lines)
 

@@ -1,6 +1,8 @@
 # Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
 """Configuration of the original Transformer (Vaswani et al. 2017, "Attention Is All You Need")."""
 
+import re
+
 from transformers import PreTrainedConfig
 
 
@@ -67,6 +69,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         sinusoid_layout: `interleaved` (paper: sin on even, cos on odd features) or `concatenated`
             (Marian/fairseq: all sines, then all cosines).
         add_final_logits_bias: add a (non-trained) bias buffer to the logits, as MarianMT checkpoints carry.
+        source_language / target_language: the language codes the model translates between (`en`, `de`), set by
+            the training recipe; with them `pipeline("translation_en_to_de", ...)` finds the model. Both or neither.
     """
 
     model_type = "vanilla_transformer"
@@ -101,6 +105,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     position_embedding_type: str = "sinusoidal"
     sinusoid_layout: str = "interleaved"
     add_final_logits_bias: bool = False
+    source_language: str | None = None
+    target_language: str | None = None
     is_encoder_decoder: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
@@ -148,6 +154,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 "`share_encoder_decoder_embeddings=False` or make the sizes equal."
             )
         self._validate_special_tokens()
+        self._validate_languages()
+
+    @property
+    def translation_task(self) -> str | None:
+        """`translation_<source>_to_<target>`, the task name transformers' docs and scripts use, when the model
+        knows its languages."""
+        if self.source_language is None:
+            return None
+        return f"translation_{self.source_language}_to_{self.target_language}"
 
     @property
     def custom_pipelines(self) -> dict:
@@ -160,11 +175,23 @@ class VanillaTransformerConfig(PreTrainedConfig):
         from transformers.pipelines import PIPELINE_REGISTRY
 
         saved = self.__dict__.get("custom_pipelines") or {}
-        return {task: spec for task, spec in saved.items() if task not in PIPELINE_REGISTRY.supported_tasks}
+        served = {*PIPELINE_REGISTRY.supported_tasks, *PIPELINE_REGISTRY.task_aliases}
+        return {task: spec for task, spec in saved.items() if task not in served}
 
     @custom_pipelines.setter
     def custom_pipelines(self, value: dict) -> None:
         self.__dict__["custom_pipelines"] = value
+
+    def _validate_languages(self) -> None:
+        languages = (self.source_language, self.target_language)
+        if (languages[0] is None) != (languages[1] is None):
+            raise ValueError(
+                f"Set both `source_language` and `target_language` or neither, got {languages[0]!r} and "
+                f"{languages[1]!r}."
+            )
+        for name, code in zip(("source_language", "target_language"), languages, strict=True):
+            if code is not None and not re.fullmatch(r"[A-Za-z][A-Za-z-]*", str(code)):
+                raise ValueError(f"`{name}` must be a language code such as 'en' or 'pt-BR', got {code!r}.")
 
     def _validate_choice(self, name: str, allowed: tuple[str, ...]) -> None:
         value = getattr(self, name)

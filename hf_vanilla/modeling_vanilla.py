@@ -33,7 +33,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
-from .pipeline_vanilla import CUSTOM_PIPELINES
+from .pipeline_vanilla import CUSTOM_PIPELINES, serve_language_pair_task
 
 
 logger = logging.get_logger(__name__)
@@ -435,12 +435,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
+    def post_init(self) -> None:
+        super().post_init()
+        serve_language_pair_task(self.config)
+
     def save_pretrained(self, save_directory: str, *args, **kwargs) -> None:
         # Every folder (Trainer checkpoints included) loads and translates with trust_remote_code=True where
         # hf_vanilla is not installed: the library copies this file and its relative imports (the config and the
         # pipeline), and these two entries point the Auto classes and `pipeline()` at them.
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **REMOTE_CODE_AUTO_MAP}
-        self.config.custom_pipelines = {**(self.config.__dict__.get("custom_pipelines") or {}), **CUSTOM_PIPELINES}
+        pipelines = {**CUSTOM_PIPELINES}
+        if self.config.translation_task:  # pipeline("translation_en_to_de", ...) too
+            pipelines[self.config.translation_task] = CUSTOM_PIPELINES["translation"]
+        self.config.custom_pipelines = {**(self.config.__dict__.get("custom_pipelines") or {}), **pipelines}
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def _resize_token_embeddings(
@@ -790,6 +797,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         self.post_init()
         self.generation_config.update(**PAPER_DECODING, max_length=DEFAULT_MAX_LENGTH)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length: bool, *args, **kwargs):
+        # Our generation config's `max_length` (DEFAULT_MAX_LENGTH) is a ceiling for callers that give no length;
+        # a caller's `max_new_tokens` replaces it, as the library's own default would be replaced, instead of
+        # warning at every call that both were set.
+        if generation_config.max_new_tokens is not None and generation_config.max_length == DEFAULT_MAX_LENGTH:
+            has_default_max_length = True
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
 
     def _target_vocabulary_resized(self, size: int, mean_resizing: bool) -> None:
         super()._target_vocabulary_resized(size, mean_resizing)

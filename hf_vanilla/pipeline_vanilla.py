@@ -54,6 +54,16 @@ def check_tokenizer_matches_model(tokenizer, config) -> None:
             )
 
 
+def serve_language_pair_task(config) -> None:
+    """Where this process serves `translation` with this pipeline (`import hf_vanilla`), also answer to the model's
+    `translation_<source>_to_<target>` name (transformers 5 dropped the parsing of such names with the task)."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    task = getattr(config, "translation_task", None)
+    if task and PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is VanillaTranslationPipeline:
+        PIPELINE_REGISTRY.task_aliases[task] = "translation"
+
+
 class VanillaTranslationPipeline(Pipeline):
     """Translate a string or a list of strings: returns `[{"translation_text": ...}]` per input, as users know it.
 
@@ -72,6 +82,9 @@ class VanillaTranslationPipeline(Pipeline):
         if self.tokenizer is None:
             raise ValueError("The translation pipeline needs a tokenizer: pass `tokenizer=` or a folder that has one.")
         check_tokenizer_matches_model(self.tokenizer, self.model.config)
+        expected = getattr(self.model.config, "translation_task", None)
+        if self.task.startswith("translation_") and expected and self.task != expected:
+            raise ValueError(f"The task is {self.task!r}, but this model translates {expected!r}.")
 
     def _sanitize_parameters(self, clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
         postprocess_params = {}

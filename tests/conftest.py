@@ -88,16 +88,16 @@ def small_tokenizer():
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
 
 
-# Translates with a saved folder through remote code only: argv folder, JSON list of sources; prints JSON.
+# Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task
+# name (default "translation"); prints JSON.
 REMOTE_PIPELINE = textwrap.dedent(
     """
     import json, sys
     sys.modules["hf_vanilla"] = None  # hf_vanilla cannot be imported here
     from transformers import pipeline
     folder, sources = sys.argv[1], json.loads(sys.argv[2])
-    translator = pipeline(
-        "translation", model=folder, trust_remote_code=True, model_kwargs={"attn_implementation": "eager"}
-    )
+    task = sys.argv[3] if len(sys.argv) > 3 else "translation"
+    translator = pipeline(task, model=folder, trust_remote_code=True, model_kwargs={"attn_implementation": "eager"})
     assert type(translator).__module__.startswith("transformers_modules"), type(translator).__module__
     outputs = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
     print(json.dumps([o["translation_text"] for o in outputs]))

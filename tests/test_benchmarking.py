@@ -22,6 +22,16 @@ def test_report_ratio_and_direction():
     assert expected in table
 
 
+def test_each_ctranslate2_quantization_gets_its_column_and_ratio():
+    row = Measurement(
+        "greedy", "tokens/s", ours=[100.0], marian=[100.0], ct2={"float32": [250.0], "int8": [400.0]}
+    ).row()
+    assert row["ctranslate2_int8"]["ratio_vs_marian"] == 4.0 and "ctranslate2_int8_float32" not in row
+    table = markdown_table({"results": [row]})
+    assert "| CTranslate2 float32 | CTranslate2 int8 | CTranslate2 int8_float32 |" in table
+    assert table.rstrip().endswith("| 250.0 (2.50x Marian) | 400.0 (4.00x Marian) | — |")
+
+
 def test_peak_memory_sees_a_block_that_is_already_freed():
     def spike():
         block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written, then released before returning

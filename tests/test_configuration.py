@@ -72,6 +72,8 @@ def test_round_trip(tmp_path):
         (dict(vocab_size=10, decoder_start_token_id=12), "decoder_start_token_id"),
         (dict(vocab_size=10, decoder_vocab_size=8), "share_encoder_decoder_embeddings"),
         (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+        (dict(source_language="en"), "target_language"),
+        (dict(source_language="en_US", target_language="de"), "source_language"),
     ],
 )
 def test_invalid_config_names_the_field(overrides, field):

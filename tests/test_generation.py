@@ -3,6 +3,8 @@
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from hf_vanilla.inference import static_cache_and_compile
 from hf_vanilla.modeling_vanilla import DEFAULT_MAX_LENGTH
@@ -157,3 +159,13 @@ def test_a_bare_generate_is_not_cut_at_twenty_tokens():
     out = model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, do_sample=False)
     assert out.shape == (1, DEFAULT_MAX_LENGTH) and DEFAULT_MAX_LENGTH == 512
     assert model.generation_config.max_length == 512
+
+
+def test_max_new_tokens_replaces_the_default_length_without_a_warning():
+    model = make_model(add_final_logits_bias=True).eval()
+    model.final_logits_bias[0, 7] = 1e4
+    with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
+        out = model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, max_new_tokens=30)
+        model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, max_length=8, max_new_tokens=30)
+    assert out.shape == (1, 31)  # the start token + 30
+    assert captured.out.count("seem to have been set") == 1  # only where the caller really set both

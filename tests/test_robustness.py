@@ -1,7 +1,8 @@
-"""Bad input gets a clear, early error naming the argument and the fix (the README's "Robustness" table).
+"""Bad input gets a clear, early error naming the argument and the fix (the table in docs/robustness.md).
 
 Each case states what a user does wrong and the message they must get; data-file, config and training cases live
-next to their features (test_training_recipe, test_configuration, test_training_e2e) and are listed in the README.
+next to their features (test_training_recipe, test_configuration, test_training_e2e) and are listed in
+docs/robustness.md.
 """
 
 import json

@@ -135,6 +135,28 @@ def test_a_plain_save_pretrained_folder_translates_without_hf_vanilla(translator
     assert json.loads(stdout.strip().splitlines()[-1]) == reference_translations(model, tokenizer, num_beams=1)
 
 
+def test_language_pair_task_names_in_process_and_without_hf_vanilla(small_tokenizer, tmp_path):
+    languages = {"source_language": "en", "target_language": "de"}
+    model = make_model(seed=7, vocab_size=len(small_tokenizer), init_std=1.0, **languages)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    small_tokenizer.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert set(config["custom_pipelines"]) == {"translation", "translation_en_to_de"}
+
+    translator = pipeline("translation_en_to_de", model=str(folder), model_kwargs={"attn_implementation": "eager"})
+    assert isinstance(translator, VanillaTranslationPipeline)
+    expected = reference_translations(model, small_tokenizer, num_beams=1)
+    assert [o["translation_text"] for o in translator(SOURCES, num_beams=1, **BUDGET)] == expected
+    with pytest.raises(ValueError, match="this model translates 'translation_en_to_de'"):
+        VanillaTranslationPipeline(model=model, tokenizer=small_tokenizer, task="translation_de_to_en")
+    with pytest.raises(KeyError, match="translation_fr_to_en"):  # a pair no model here knows: transformers' error
+        pipeline("translation_fr_to_en", model=model, tokenizer=small_tokenizer)
+
+    args = [str(folder), json.dumps(SOURCES), "translation_en_to_de"]
+    assert json.loads(run_without_hf_vanilla(REMOTE_PIPELINE, args, tmp_path).strip().splitlines()[-1]) == expected
+
+
 def test_translations_are_not_cut_at_twenty_tokens(translator_parts):
     model, tokenizer = translator_parts
     translator = pipeline("translation", model=model, tokenizer=tokenizer)

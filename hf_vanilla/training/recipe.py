@@ -71,10 +71,15 @@ def prepare_tokenizer(
 
 
 def build_model(
-    model_config: str | Path, tokenizer: PreTrainedTokenizerBase
+    model_config: str | Path,
+    tokenizer: PreTrainedTokenizerBase,
+    source_language: str | None = None,
+    target_language: str | None = None,
 ) -> VanillaTransformerForConditionalGeneration:
-    """A freshly initialised model of the preset `model_config`, sized and numbered for `tokenizer`."""
+    """A freshly initialised model of the preset `model_config`, sized and numbered for `tokenizer`, that knows the
+    languages it will translate between."""
     config = VanillaTransformerConfig.from_json_file(model_config)
+    config.source_language, config.target_language = source_language, target_language
     config.vocab_size = config.decoder_vocab_size = len(tokenizer)
     config.pad_token_id, config.bos_token_id = tokenizer.pad_token_id, tokenizer.bos_token_id
     config.eos_token_id, config.unk_token_id = tokenizer.eos_token_id, tokenizer.unk_token_id
@@ -143,7 +148,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
         resuming=bool(training_args.resume_from_checkpoint),
     )
     set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed
-    model = build_model(recipe.model_config, tokenizer)
+    model = build_model(recipe.model_config, tokenizer, recipe.source_language, recipe.target_language)
     tokenized, dropped = tokenize_corpus(corpus, tokenizer, recipe.max_length)
 
     longest_source = max(max(tokenized[split]["source_length"]) for split in ("validation", "test"))

@@ -1,0 +1,124 @@
+"""What CTranslate2's quantizations cost in quality and gain in speed, on a trained model and a real test set.
+
+Exports a trained hf_vanilla folder to CTranslate2 in float32, int8 and int8_float32, translates the test set with
+each (and with PyTorch `generate()`), and reports sacreBLEU and sentences per second per engine, alternating
+engines over `--repeats` passes in one process. Same decoding everywhere: beam `--beam`, length penalty
+`--length-penalty`, at most source length + 50 new tokens.
+
+    python -m benchmarks.quantization runs/quickstart_s1/averaged --json docs/results/ct2-quantization.json
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hf_vanilla.data import BUNDLED_CORPORA, find_split_file, read_lines
+from hf_vanilla.inference import translate_lines
+from hf_vanilla.interop.ctranslate2 import export_ctranslate2
+from hf_vanilla.loading import load_model
+from hf_vanilla.pipeline_vanilla import EXTRA_TARGET_TOKENS
+from hf_vanilla.training.metrics import TranslationMetric
+
+from .benchmark import CT2_QUANTIZATIONS
+
+
+def ctranslate2_translate(folder: str, tokenizer, lines: list[str], beam: int, length_penalty: float, batch: int):
+    """A function translating `lines` with the CTranslate2 model in `folder`, batched by length like
+    `translate_lines`, each batch allowed its longest source + 50 new tokens."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
+    encoded = tokenizer(lines)["input_ids"]
+    order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
+
+    def run() -> list[str]:
+        outputs = [""] * len(lines)
+        for start in range(0, len(order), batch):
+            indices = order[start : start + batch]
+            sources = [tokenizer.convert_ids_to_tokens(encoded[i]) for i in indices]
+            results = translator.translate_batch(
+                sources,
+                beam_size=beam,
+                length_penalty=length_penalty,
+                max_decoding_length=max(len(encoded[i]) for i in indices) + EXTRA_TARGET_TOKENS,
+            )
+            for index, result in zip(indices, results, strict=True):
+                ids = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+                outputs[index] = tokenizer.decode(ids, skip_special_tokens=True)
+        return outputs
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="a trained hf_vanilla folder with its tokenizer")
+    parser.add_argument("--data", default="multi30k", help="a bundled corpus name or a folder of text files")
+    parser.add_argument("--split", default="test2016")
+    parser.add_argument("--source-language", default="en")
+    parser.add_argument("--target-language", default="de")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", help="also write the results as JSON here")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    folder, pattern = BUNDLED_CORPORA.get(args.data, (Path(args.data), "{split}.{lang}"))
+    sources = read_lines(find_split_file(folder, args.split, args.source_language, pattern))
+    references = read_lines(find_split_file(folder, args.split, args.target_language, pattern))
+    model, tokenizer = load_model(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
+    decoding = {"num_beams": args.beam, "length_penalty": args.length_penalty}
+    engines = {
+        "pytorch": lambda: [
+            c[0] for c in translate_lines(model, tokenizer, sources, args.batch_size, progress=False, **decoding)
+        ]
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        for quantization in CT2_QUANTIZATIONS:
+            export = str(Path(scratch) / quantization)
+            export_ctranslate2(
+                model, tokenizer, export, quantization=None if quantization == "float32" else quantization
+            )
+            engines[f"ctranslate2 {quantization}"] = ctranslate2_translate(
+                export, tokenizer, sources, args.beam, args.length_penalty, args.batch_size
+            )
+        seconds = {name: [] for name in engines}
+        translations = {}
+        for _ in range(args.repeats):  # alternating, so drifts of the machine hit every engine alike
+            for name, translate in engines.items():
+                start = time.perf_counter()
+                translations[name] = translate()
+                seconds[name].append(time.perf_counter() - start)
+
+    metric = TranslationMetric()
+    report = {"model": args.model, "split": args.split, "sentences": len(sources), **decoding, "engines": {}}
+    for name, hypotheses in translations.items():
+        scores = metric.compute(predictions=hypotheses, references=[[r] for r in references])
+        report["engines"][name] = {
+            "bleu": scores["bleu"],
+            "chrf": scores["chrf"],
+            "bleu_signature": scores["bleu_signature"],
+            "sentences_per_second": len(sources) / statistics.median(seconds[name]),
+            "seconds": seconds[name],
+        }
+    report["threads"] = torch.get_num_threads()
+    print(f"{len(sources)} sentences of {args.split}, beam {args.beam}, {report['threads']} threads")
+    print("| engine | BLEU | chrF | sentences/s | speed vs PyTorch |\n|---|---|---|---|---|")
+    baseline = report["engines"]["pytorch"]["sentences_per_second"]
+    for name, row in report["engines"].items():
+        speed = row["sentences_per_second"]
+        print(f"| {name} | {row['bleu']:.2f} | {row['chrf']:.2f} | {speed:.1f} | {speed / baseline:.2f}x |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
