@@ -14,7 +14,10 @@ from setuptools.command.build_py import build_py
 class BuildPyWithCardTemplate(build_py):
     def run(self):
         super().run()
-        shutil.copyfile(Path(__file__).with_name("model_card.md"), Path(self.build_lib, "hf_vanilla", "model_card.md"))
+        # An editable install builds into an empty folder and reads the template from the checkout instead.
+        target = Path(self.build_lib, "hf_vanilla")
+        if target.is_dir():
+            shutil.copyfile(Path(__file__).with_name("model_card.md"), target / "model_card.md")
 
 
 setup(cmdclass={"build_py": BuildPyWithCardTemplate})
