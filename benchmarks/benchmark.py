@@ -106,8 +106,7 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
     from hf_vanilla.interop.ctranslate2 import export_ctranslate2
 
     tokenizer = word_level_tokenizer(vocab)
-    quantized = None if quantization == "float32" else quantization
-    export_ctranslate2(ours.float().cpu(), tokenizer, folder, quantization=quantized, force=True)
+    export_ctranslate2(ours.float().cpu(), tokenizer, folder, quantization=quantization, force=True)
     translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
     ids, mask = inputs
     batch = [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from hf_vanilla.data import BUNDLED_CORPORA, find_split_file, read_lines
+from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.inference import translate_lines
 from hf_vanilla.interop.ctranslate2 import export_ctranslate2
 from hf_vanilla.loading import load_model
@@ -58,8 +58,8 @@ def ctranslate2_translate(folder: str, tokenizer, lines: list[str], beam: int, l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a trained hf_vanilla folder with its tokenizer")
-    parser.add_argument("--data", default="multi30k", help="a bundled corpus name or a folder of text files")
-    parser.add_argument("--split", default="test2016")
+    parser.add_argument("--data", default="multi30k", help="bundled corpus name, folder of text files or Hub id")
+    parser.add_argument("--split", default="test", help="train, validation or test (test2016 for Multi30k)")
     parser.add_argument("--source-language", default="en")
     parser.add_argument("--target-language", default="de")
     parser.add_argument("--beam", type=int, default=4)
@@ -71,9 +71,8 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    folder, pattern = BUNDLED_CORPORA.get(args.data, (Path(args.data), "{split}.{lang}"))
-    sources = read_lines(find_split_file(folder, args.split, args.source_language, pattern))
-    references = read_lines(find_split_file(folder, args.split, args.target_language, pattern))
+    pairs = load_parallel_corpus(args.data, args.source_language, args.target_language, splits=(args.split,))
+    sources, references = list(pairs[args.split]["source"]), list(pairs[args.split]["target"])
     model, tokenizer = load_model(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
     decoding = {"num_beams": args.beam, "length_penalty": args.length_penalty}
     engines = {
@@ -84,9 +83,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for quantization in CT2_QUANTIZATIONS:
             export = str(Path(scratch) / quantization)
-            export_ctranslate2(
-                model, tokenizer, export, quantization=None if quantization == "float32" else quantization
-            )
+            export_ctranslate2(model, tokenizer, export, quantization=quantization)
             engines[f"ctranslate2 {quantization}"] = ctranslate2_translate(
                 export, tokenizer, sources, args.beam, args.length_penalty, args.batch_size
             )

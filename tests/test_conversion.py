@@ -131,15 +131,20 @@ def marian_tokenizer(tmp_path_factory):
     )
 
 
+def marian_for(tokenizer, seed: int) -> MarianMTModel:
+    """A random OPUS-MT-like MarianMT sized and numbered for a real Marian `tokenizer`."""
+    config = opus_mt_like(shared=True).config
+    config.vocab_size = config.decoder_vocab_size = len(tokenizer)
+    config.pad_token_id = config.decoder_start_token_id = tokenizer.pad_token_id
+    torch.manual_seed(seed)
+    return MarianMTModel(config).eval()
+
+
 def test_converted_folder_translates_with_the_marian_tokenizer(marian_tokenizer, tmp_path):
     from transformers import pipeline
 
     tokenizer = marian_tokenizer
-    config = opus_mt_like(shared=True).config
-    config.vocab_size = config.decoder_vocab_size = len(tokenizer)
-    config.pad_token_id = config.decoder_start_token_id = tokenizer.pad_token_id
-    torch.manual_seed(2)
-    marian = MarianMTModel(config).eval()
+    marian = marian_for(tokenizer, seed=2)
     marian.save_pretrained(tmp_path / "marian")
     tokenizer.save_pretrained(tmp_path / "marian")
     convert_marian_folder(tmp_path / "marian", tmp_path / "vanilla")
@@ -165,11 +170,7 @@ def test_the_translation_pipeline_serves_marian_as_its_own_generate(marian_token
     from transformers import pipeline
 
     tokenizer = marian_tokenizer
-    config = opus_mt_like(shared=True).config
-    config.vocab_size = config.decoder_vocab_size = len(tokenizer)
-    config.pad_token_id = config.decoder_start_token_id = tokenizer.pad_token_id
-    torch.manual_seed(3)
-    marian = MarianMTModel(config).eval()
+    marian = marian_for(tokenizer, seed=3)
     marian.generation_config.update(num_beams=3, max_length=12)  # what a MarianMT checkpoint sets (4, 512)
     translator = pipeline("translation", model=marian, tokenizer=tokenizer)
     sources = ["A dog runs on the grass.", "Two men play football in a park."]

@@ -106,7 +106,8 @@ def export_ctranslate2(
     quantization: str | None = None,
     force: bool = False,
 ) -> str:
-    """Write a CTranslate2 model folder (`quantization`: None for float32, or int8, int8_float32, float16, ...)."""
+    """Write a CTranslate2 model folder (`quantization`: None or float32 for the exact export, or int8,
+    int8_float32, float16, ...)."""
     import ctranslate2
 
     class VanillaConverter(ctranslate2.converters.Converter):

@@ -7,7 +7,6 @@ import evaluate
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers import PreTrainedTokenizerBase
 
 
@@ -87,15 +86,15 @@ def source_use_totals(model: nn.Module, batches: Iterable[dict]) -> torch.Tensor
         batch = {name: batch[name].to(device) for name in MODEL_INPUTS if name in batch}
         if batch["input_ids"].shape[0] < 2:
             continue
-        labels = batch["labels"]
-        scored = labels.ne(-100)
+        scored = batch["labels"].ne(-100)
         shuffled = {**batch, "input_ids": batch["input_ids"].roll(1, 0)}
         if "attention_mask" in batch:
             shuffled["attention_mask"] = batch["attention_mask"].roll(1, 0)
+        tokens = scored.sum()
         for index, inputs in enumerate((batch, shuffled)):
-            logits = model(**inputs).logits  # [batch, target_length, vocab]
-            totals[index] += F.cross_entropy(logits[scored].float(), labels[scored], reduction="sum").double()
-        totals[2] += scored.sum()
+            # the library's convention: `loss` is the token mean over labels != -100 (no label smoothing here)
+            totals[index] += model(**inputs).loss.double() * tokens
+        totals[2] += tokens
     return totals
 
 
