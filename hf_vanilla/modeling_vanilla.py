@@ -781,7 +781,31 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_total, (grad_weight * grad_total).to(ctx.weight_dtype), None, None, None, None
 
 
-class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+class VanillaGenerationMixin(GenerationMixin):
+    """What `generate()` needs to know about our cache and length defaults; shared by the PyTorch model and
+    runners of its exports (`interop.onnx`)."""
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length: bool, *args, **kwargs):
+        # Our generation config's `max_length` (DEFAULT_MAX_LENGTH) is a ceiling for callers that give no length;
+        # a caller's `max_new_tokens` replaces it, as the library's own default would be replaced, instead of
+        # warning at every call that both were set.
+        if generation_config.max_new_tokens is not None and generation_config.max_length == DEFAULT_MAX_LENGTH:
+            has_default_max_length = True
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
+
+    @staticmethod
+    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        """Beam search moves hypotheses only among the beams of one source, which share its encoder output: the
+        cross-attention keys and values are the same in every beam, so only the self-attention cache is reordered
+        (the library's `EncoderDecoderCache.reorder_cache` also copies the cross-attention half at every step)."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, VanillaGenerationMixin):
     """The encoder-decoder with the pre-softmax linear projection to target-vocabulary logits (§3.4)."""
 
     def __init__(self, config: VanillaTransformerConfig):
@@ -798,14 +822,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.post_init()
         self.generation_config.update(**PAPER_DECODING, max_length=DEFAULT_MAX_LENGTH)
 
-    def _prepare_generated_length(self, generation_config, has_default_max_length: bool, *args, **kwargs):
-        # Our generation config's `max_length` (DEFAULT_MAX_LENGTH) is a ceiling for callers that give no length;
-        # a caller's `max_new_tokens` replaces it, as the library's own default would be replaced, instead of
-        # warning at every call that both were set.
-        if generation_config.max_new_tokens is not None and generation_config.max_length == DEFAULT_MAX_LENGTH:
-            has_default_max_length = True
-        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
-
     def _target_vocabulary_resized(self, size: int, mean_resizing: bool) -> None:
         super()._target_vocabulary_resized(size, mean_resizing)
         if not self.config.tie_word_embeddings:  # a tied head follows the embeddings in `tie_weights`
@@ -815,17 +831,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kept = min(size, self.final_logits_bias.shape[-1])
             bias[:, :kept] = self.final_logits_bias[:, :kept]
             self.final_logits_bias = bias
-
-    @staticmethod
-    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
-        """Beam search moves hypotheses only among the beams of one source, which share its encoder output: the
-        cross-attention keys and values are the same in every beam, so only the self-attention cache is reordered
-        (the library's `EncoderDecoderCache.reorder_cache` also copies the cross-attention half at every step)."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
 
     def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The pre-softmax linear projection: [B, T, d_model] -> [B, T, target vocabulary]."""

@@ -88,6 +88,44 @@ def small_tokenizer():
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
 
 
+REVERSAL_VOCAB = 24
+_lengths = torch.randint(1, 8, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+# Sources for the reversal model (ids without EOS): three by hand, then 40 random lengths 1-7.
+REVERSAL_SOURCES = [[5, 9, 13, 7], [20, 4], [6, 6, 11, 18, 22, 10]] + [
+    torch.randint(4, REVERSAL_VOCAB, (n,), generator=torch.Generator().manual_seed(i)).tolist()
+    for i, n in enumerate(_lengths)
+]
+
+
+@pytest.fixture(scope="session")
+def reversal_model():
+    """A tiny model trained to reverse sequences (so its outputs are confident and meaningful), and a word-level
+    tokenizer over its vocabulary: for comparing exports with generate()."""
+    from benchmarks.synthetic import word_level_tokenizer
+
+    model = make_model(
+        seed=0, vocab_size=REVERSAL_VOCAB, dropout=0.0, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128
+    )
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(1200):
+        lengths = torch.randint(2, 8, (32,), generator=generator)
+        body = torch.randint(4, REVERSAL_VOCAB, (32, 8), generator=generator)
+        source = torch.full((32, 9), 0)
+        target = torch.full((32, 9), -100)
+        for row, length in enumerate(lengths.tolist()):
+            source[row, :length] = body[row, :length]
+            source[row, length] = EOS
+            target[row, :length] = body[row, :length].flip(0)
+            target[row, length] = EOS
+        loss = model(input_ids=source, attention_mask=source.ne(0), labels=target).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
+
+
 # Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task
 # name (default "translation"); prints JSON.
 REMOTE_PIPELINE = textwrap.dedent(

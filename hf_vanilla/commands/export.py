@@ -1,21 +1,26 @@
 """Export a trained model (folder with its tokenizer) to another inference engine.
 
     hf-vanilla export ctranslate2 MODEL OUTPUT [--quantization int8]
+    hf-vanilla export onnx MODEL OUTPUT [--opset 18]
 
 Then, with `pip install 'hf-vanilla[export]'`:
     translator = ctranslate2.Translator(OUTPUT, device="cpu")
     tokens = tokenizer.convert_ids_to_tokens(tokenizer("A dog runs.")["input_ids"])
     translator.translate_batch([tokens], beam_size=4, length_penalty=0.6)
+or
+    model = hf_vanilla.interop.onnx.OnnxVanillaForConditionalGeneration.from_pretrained(OUTPUT)
+    model.generate(**tokenizer(["A dog runs."], return_tensors="pt"))
 """
 
 import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("engine", choices=["ctranslate2"])
+    parser.add_argument("engine", choices=["ctranslate2", "onnx"])
     parser.add_argument("model", help="hf_vanilla model folder with its tokenizer")
     parser.add_argument("output", help="folder to write")
-    parser.add_argument("--quantization", help="int8, int8_float32, int8_float16, float16, bfloat16, ...")
+    parser.add_argument("--quantization", help="ctranslate2: int8, int8_float32, int8_float16, float16, bfloat16, ...")
+    parser.add_argument("--opset", type=int, help="onnx: the ONNX opset (default: torch.onnx.export's)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output folder")
 
 
@@ -24,9 +29,19 @@ def run(args: argparse.Namespace) -> None:
 
     import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
 
-    from ..interop.ctranslate2 import export_ctranslate2
     from ..loading import load_model
 
+    if args.engine == "onnx" and args.quantization:
+        raise SystemExit("--quantization is for ctranslate2; the ONNX export is float32.")
+    if args.engine == "ctranslate2" and args.opset:
+        raise SystemExit("--opset is for onnx.")
     model = load_model(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    print(export_ctranslate2(model, tokenizer, args.output, quantization=args.quantization, force=args.force))
+    if args.engine == "onnx":
+        from ..interop.onnx import export_onnx
+
+        print(export_onnx(model.float(), tokenizer, args.output, opset_version=args.opset, force=args.force))
+    else:
+        from ..interop.ctranslate2 import export_ctranslate2
+
+        print(export_ctranslate2(model, tokenizer, args.output, quantization=args.quantization, force=args.force))
