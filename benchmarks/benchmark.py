@@ -2,8 +2,9 @@
 
 Both models run in one process, alternately (A B A B ...) after a warm-up, so machine noise hits both alike; results
 are medians (with min/max) and ratios hf_vanilla / Marian. The Marian model is random; ours is converted from it,
-so both compute the same function and generate the same tokens. CTranslate2 (float32 export of the same weights)
-is a third column when installed.
+so both compute the same function and generate the same tokens. Exports of the same weights to other engines are
+further columns on the CPU when installed (`pip install 'hf-vanilla[export]'`): CTranslate2 float32, int8 and
+int8_float32, and ONNX Runtime (float32, driven by transformers' generate()).
 
 Run from the repository root (the package `benchmarks` is not installed with hf_vanilla):
 
@@ -42,7 +43,7 @@ class Measurement:
     unit: str
     ours: list[float]
     marian: list[float]
-    ct2: dict[str, list[float]] | None = None  # CTranslate2 export per quantization: float32, int8, ...
+    engines: dict[str, list[float]] | None = None  # exports to other engines, by ENGINE_COLUMNS key
 
     def row(self) -> dict:
         def summary(values):
@@ -60,8 +61,8 @@ class Measurement:
             "ratio": ours / marian,
             "better": "higher" if higher_is_better else "lower",
         }
-        for quantization, values in (self.ct2 or {}).items():
-            result[f"ctranslate2_{quantization}"] = {
+        for column, values in (self.engines or {}).items():
+            result[column] = {
                 **summary(values),
                 "ratio_vs_marian": statistics.median(values) / marian,
             }
@@ -95,6 +96,10 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) 
 # CTranslate2 columns: the exact export and the two int8 modes that run on a CPU (weights int8; activations float32
 # in both, `int8_float32` keeps the non-GEMM weights in float32).
 CT2_QUANTIZATIONS = ("float32", "int8", "int8_float32")
+# Other-engine columns: result key -> table header.
+ENGINE_COLUMNS = {f"ctranslate2_{q}": f"CTranslate2 {q}" for q in CT2_QUANTIZATIONS} | {
+    "onnxruntime_float32": "ONNX Runtime float32"
+}
 
 
 def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, folder: str, quantization: str):
@@ -125,13 +130,28 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
     return run
 
 
+def onnxruntime_runs(ours, inputs, new_tokens: int, num_beams: int, folder: str):
+    """An ONNX export of our model run by ONNX Runtime under generate() with the same arguments as the PyTorch
+    models; None without onnxruntime."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return None
+    from hf_vanilla.interop.onnx import OnnxVanillaForConditionalGeneration, export_onnx
+
+    if not os.path.exists(os.path.join(folder, "decoder_model.onnx")):
+        export_onnx(ours.float().cpu(), None, folder, force=True)
+    model = OnnxVanillaForConditionalGeneration.from_pretrained(folder, num_threads=torch.get_num_threads())
+    return generation_runs({"onnxruntime": model}, inputs, new_tokens, num_beams)["onnxruntime"]
+
+
 def run_benchmark(
     preset: str,
     device: str,
     dtype: torch.dtype,
     repeats: int,
-    with_ct2: bool,
-    ct2_dir: str,
+    with_engines: bool,
+    export_dir: str,
     with_compile: bool = False,
 ) -> dict:
     models = build_models(preset, device, dtype)
@@ -147,18 +167,25 @@ def run_benchmark(
     for label, mixed, beams, speed_path in cases:
         inputs = source_batch(batch, length, vocab, device, mixed=mixed)
         runs = generation_runs(models, inputs, new_tokens, beams, **speed_path)
-        if with_ct2 and device == "cpu" and not speed_path:
+        if with_engines and device == "cpu" and not speed_path:
             for quantization in CT2_QUANTIZATIONS:
-                folder = os.path.join(ct2_dir, quantization)
+                folder = os.path.join(export_dir, f"ctranslate2_{quantization}")
                 ct2 = ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, folder, quantization)
                 if ct2 is not None:
-                    runs[f"ct2 {quantization}"] = ct2
+                    runs[f"ctranslate2_{quantization}"] = ct2
+            onnx = onnxruntime_runs(ours, inputs, new_tokens, beams, os.path.join(export_dir, "onnx"))
+            if onnx is not None:
+                runs["onnxruntime_float32"] = onnx
         seconds = alternate(runs, repeats, device)
         rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
-        ct2_rates = {name.removeprefix("ct2 "): values for name, values in rate.items() if name.startswith("ct2 ")}
+        engine_rates = {name: values for name, values in rate.items() if name in ENGINE_COLUMNS}
         results.append(
             Measurement(
-                f"generation {label}: 16 x 32 -> 64 new", "tokens/s", rate["ours"], rate["marian"], ct2_rates or None
+                f"generation {label}: 16 x 32 -> 64 new",
+                "tokens/s",
+                rate["ours"],
+                rate["marian"],
+                engine_rates or None,
             )
         )
 
@@ -239,19 +266,19 @@ def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
 
 
 def markdown_table(report: dict) -> str:
-    ct2_columns = " | ".join(f"CTranslate2 {q}" for q in CT2_QUANTIZATIONS)
-    header = f"| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | {ct2_columns} |\n"
-    lines = [header + "|---" * (5 + len(CT2_QUANTIZATIONS)) + "|"]
+    engine_headers = " | ".join(ENGINE_COLUMNS.values())
+    header = f"| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | {engine_headers} |\n"
+    lines = [header + "|---" * (5 + len(ENGINE_COLUMNS)) + "|"]
     for row in report["results"]:
-        ct2_cells = []
-        for quantization in CT2_QUANTIZATIONS:
-            ct2 = row.get(f"ctranslate2_{quantization}")
-            ct2_cells.append(f"{ct2['median']:.1f} ({ct2['ratio_vs_marian']:.2f}x Marian)" if ct2 else "—")
+        engine_cells = []
+        for column in ENGINE_COLUMNS:
+            engine = row.get(column)
+            engine_cells.append(f"{engine['median']:.1f} ({engine['ratio_vs_marian']:.2f}x Marian)" if engine else "—")
         lines.append(
             f"| {row['name']} | {row['unit']} | {row['hf_vanilla']['median']:.2f} "
             f"[{row['hf_vanilla']['min']:.2f}–{row['hf_vanilla']['max']:.2f}] | {row['marian']['median']:.2f} "
             f"[{row['marian']['min']:.2f}–{row['marian']['max']:.2f}] | {row['ratio']:.2f} "
-            f"({row['better']} is better) | {' | '.join(ct2_cells)} |"
+            f"({row['better']} is better) | {' | '.join(engine_cells)} |"
         )
     return "\n".join(lines)
 
@@ -268,7 +295,9 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the CTranslate2 column")
+    parser.add_argument(
+        "--no-engines", action="store_true", help="skip the CTranslate2 and ONNX Runtime columns (exports)"
+    )
     parser.add_argument(
         "--compile", action="store_true", help="add greedy generation with a static cache + torch.compile (slow start)"
     )
@@ -280,14 +309,14 @@ def main() -> None:
     if args.profile:
         print(profile_generation(args.preset, args.profile))
         return
-    with tempfile.TemporaryDirectory() as ct2_dir:
+    with tempfile.TemporaryDirectory() as export_dir:
         report = run_benchmark(
             args.preset,
             args.device,
             getattr(torch, args.dtype),
             args.repeats,
-            not args.no_ctranslate2,
-            ct2_dir,
+            not args.no_engines,
+            export_dir,
             with_compile=args.compile,
         )
     print(

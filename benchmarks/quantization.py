@@ -1,9 +1,10 @@
-"""What CTranslate2's quantizations cost in quality and gain in speed, on a trained model and a real test set.
+"""What the exports cost in quality and gain in speed, on a trained model and a real test set.
 
-Exports a trained hf_vanilla folder to CTranslate2 in float32, int8 and int8_float32, translates the test set with
-each (and with PyTorch `generate()`), and reports sacreBLEU and sentences per second per engine, alternating
-engines over `--repeats` passes in one process. Same decoding everywhere: beam `--beam`, length penalty
-`--length-penalty`, at most source length + 50 new tokens.
+Exports a trained hf_vanilla folder to CTranslate2 in float32, int8 and int8_float32 and to ONNX (run by ONNX
+Runtime under `generate()`), translates the test set with each and with PyTorch `generate()`, and reports sacreBLEU,
+sentences per second and how many translations equal PyTorch's, alternating engines over `--repeats` passes in one
+process. Same decoding everywhere: beam `--beam`, length penalty `--length-penalty`, at most source length + 50
+new tokens.
 
     python -m benchmarks.quantization runs/quickstart_s1/averaged --json docs/results/ct2-quantization.json
 """
@@ -20,6 +21,7 @@ import torch
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.inference import translate_lines
 from hf_vanilla.interop.ctranslate2 import export_ctranslate2
+from hf_vanilla.interop.onnx import OnnxVanillaForConditionalGeneration, export_onnx
 from hf_vanilla.loading import load_model
 from hf_vanilla.pipeline_vanilla import EXTRA_TARGET_TOKENS
 from hf_vanilla.training.metrics import TranslationMetric
@@ -75,12 +77,19 @@ def main() -> None:
     sources, references = list(pairs[args.split]["source"]), list(pairs[args.split]["target"])
     model, tokenizer = load_model(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
     decoding = {"num_beams": args.beam, "length_penalty": args.length_penalty}
-    engines = {
-        "pytorch": lambda: [
-            c[0] for c in translate_lines(model, tokenizer, sources, args.batch_size, progress=False, **decoding)
+
+    def generate_translate(generator):
+        return lambda: [
+            c[0] for c in translate_lines(generator, tokenizer, sources, args.batch_size, progress=False, **decoding)
         ]
-    }
+
+    engines = {"pytorch": generate_translate(model)}
     with tempfile.TemporaryDirectory() as scratch:
+        export_onnx(model, tokenizer, Path(scratch) / "onnx")
+        onnx_model = OnnxVanillaForConditionalGeneration.from_pretrained(
+            Path(scratch) / "onnx", num_threads=torch.get_num_threads()
+        )
+        engines["onnxruntime float32"] = generate_translate(onnx_model)
         for quantization in CT2_QUANTIZATIONS:
             export = str(Path(scratch) / quantization)
             export_ctranslate2(model, tokenizer, export, quantization=quantization)
@@ -104,15 +113,19 @@ def main() -> None:
             "chrf": scores["chrf"],
             "bleu_signature": scores["bleu_signature"],
             "sentences_per_second": len(sources) / statistics.median(seconds[name]),
+            "identical_to_pytorch": sum(a == b for a, b in zip(hypotheses, translations["pytorch"], strict=True)),
             "seconds": seconds[name],
         }
     report["threads"] = torch.get_num_threads()
     print(f"{len(sources)} sentences of {args.split}, beam {args.beam}, {report['threads']} threads")
-    print("| engine | BLEU | chrF | sentences/s | speed vs PyTorch |\n|---|---|---|---|---|")
+    print(
+        "| engine | BLEU | chrF | sentences/s | speed vs PyTorch | identical to PyTorch |\n|---|---|---|---|---|---|"
+    )
     baseline = report["engines"]["pytorch"]["sentences_per_second"]
     for name, row in report["engines"].items():
         speed = row["sentences_per_second"]
-        print(f"| {name} | {row['bleu']:.2f} | {row['chrf']:.2f} | {speed:.1f} | {speed / baseline:.2f}x |")
+        same = f"{row['identical_to_pytorch']}/{len(sources)}"
+        print(f"| {name} | {row['bleu']:.2f} | {row['chrf']:.2f} | {speed:.1f} | {speed / baseline:.2f}x | {same} |")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

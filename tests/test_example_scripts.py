@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import read_lines
 
-from .conftest import MULTI30K, REMOTE_PIPELINE, run_without_hf_vanilla
+from .conftest import EOS, MULTI30K, PAD, REMOTE_PIPELINE, padded_batch, run_without_hf_vanilla
 
 
 RUN_TRANSLATION = Path(__file__).resolve().parents[2] / "shared" / "thirdparty" / "run_translation.py"
@@ -75,3 +76,22 @@ def test_run_translation_trains_evaluates_and_writes_a_folder_that_translates_wi
         assert (folder / "pipeline_vanilla.py").exists()
     stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output), json.dumps(["A dog runs."])], tmp_path)
     assert isinstance(json.loads(stdout.strip().splitlines()[-1])[0], str)
+
+
+def test_beam_search_fills_finished_rows_with_eos_because_our_pad_id_is_0(reversal_model):
+    """The README's quirk, pinned: transformers' beam search fills finished rows with `pad_token_id or eos`
+    (generation/utils.py), and a pad id of 0 is falsy, so our beam outputs continue with EOS where greedy ones continue
+    with PAD. Decoded text (skip_special_tokens, as every path of ours decodes) is the same; run_translation.py's
+    `gen_len` (non-pad tokens) counts the fill."""
+    model, tokenizer = reversal_model
+    input_ids, attention_mask = padded_batch([[5, 9, 13, 7, 11, EOS], [20, 4, EOS]])
+    outputs = {
+        beams: model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=beams, max_new_tokens=10)
+        for beams in (1, 4)
+    }
+    assert model.config.pad_token_id == model.generation_config.pad_token_id == PAD == 0
+    assert outputs[1][1, -1] == PAD and outputs[4][1, -1] == EOS  # the short row, after its end
+    texts = {beams: tokenizer.batch_decode(ids, skip_special_tokens=True) for beams, ids in outputs.items()}
+    assert texts[1] == texts[4] == ["t11 t7 t13 t9 t5", "t4 t20"]
+    gen_len = {beams: [np.count_nonzero(row != PAD) for row in ids.numpy()] for beams, ids in outputs.items()}
+    assert gen_len[4][1] > gen_len[1][1]

@@ -106,6 +106,8 @@ def test_export_folder_carries_what_generation_and_tokenization_need(reversal_mo
     assert onnx_model.generation_config.num_beams == model.generation_config.num_beams == 4
     assert onnx_model.config.to_diff_dict() == model.config.to_diff_dict()
     assert (exported / "tokenizer.json").exists()
+    for session in (onnx_model.encoder.session, onnx_model.decoder_session):  # workers sleep between steps
+        assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def test_bad_input_and_folders_fail_clearly(reversal_model, exported, tmp_path):
@@ -119,6 +121,8 @@ def test_bad_input_and_folders_fail_clearly(reversal_model, exported, tmp_path):
         onnx_model.generate(input_ids=torch.full((1, 1025), 5), max_new_tokens=3)
     with pytest.raises(ValueError, match="ONNX export covers 1024"):
         onnx_model.generate(input_ids=torch.tensor([[5, EOS]]), min_new_tokens=1030, max_new_tokens=1030, num_beams=1)
+    with pytest.raises(ValueError, match="loss with the PyTorch model"):
+        onnx_model(input_ids=torch.tensor([[5, EOS]]), labels=torch.tensor([[5, EOS]]))
     with pytest.raises(FileExistsError, match="force"):
         export_onnx(model, tokenizer, exported)
     with pytest.raises(FileNotFoundError, match="export onnx"):
