@@ -1,5 +1,7 @@
 """ONNX export: the graphs compute the PyTorch model's logits, and ONNX Runtime under generate() gives its tokens."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -169,3 +171,11 @@ def test_every_architecture_variant_exports_and_the_model_is_left_as_it_was(tmp_
         torch.testing.assert_close(step.logits[:, 0], expected[:, t], atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="ONNX export covers 128"):  # learned positions stop at their table
         onnx_model.generate(input_ids=torch.full((1, 129), 5), max_new_tokens=3)
+
+
+def test_missing_optional_dependencies_name_the_extra(reversal_model, tmp_path, monkeypatch):
+    model, tokenizer = reversal_model
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else object())
+    with pytest.raises(ImportError, match=r"onnxscript: pip install 'hf-vanilla\[export\]'"):
+        export_onnx(model, tokenizer, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -24,6 +24,7 @@ runs them with transformers' own greedy, sampling and beam-search loops, the cod
 the tokens are the PyTorch model's wherever the logits agree to float rounding (tested on padded batches).
 """
 
+import importlib.util
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ from ..modeling_vanilla import (
     check_attention_mask,
     check_token_ids,
 )
+
+
+def require(*modules: str) -> None:
+    """Fail with the install command when an optional dependency of the export is missing."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"The ONNX export needs {', '.join(missing)}: pip install 'hf-vanilla[export]'.")
 
 
 ENCODER_FILE = "encoder_model.onnx"
@@ -209,6 +217,7 @@ def export_onnx(
 ) -> Path:
     """Write encoder_model.onnx and decoder_model.onnx (float32), the config, generation config and tokenizer.
     The model is left as it was."""
+    require("onnx", "onnxscript")
     weight = next(model.parameters())
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         raise ValueError(
@@ -309,6 +318,7 @@ class OnnxVanillaForConditionalGeneration(PreTrainedModel, VanillaGenerationMixi
     ) -> "OnnxVanillaForConditionalGeneration":
         """Open an `export_onnx` folder. Providers default to the CPU; without `session_options`, the sessions use
         `num_threads` threads (default: ONNX Runtime's choice) that sleep rather than spin between runs."""
+        require("onnxruntime")
         import onnxruntime
 
         if session_options is None:
