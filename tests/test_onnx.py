@@ -158,17 +158,10 @@ def test_every_architecture_variant_exports_and_the_model_is_left_as_it_was(tmp_
     input_ids, attention_mask = padded_batch([[5, 9, 14, 22, 7, 31, EOS], [40, 12, EOS], [18, 3, 27, 55, EOS]])
     decoder_input_ids = torch.tensor([[1, 44, 3, 17, 8]] * 3)
     expected, _ = decode_step_by_step(model, input_ids, attention_mask, decoder_input_ids)
-    encoder_outputs, cache = onnx_model.get_encoder()(input_ids, attention_mask), None
-    for t in range(decoder_input_ids.shape[1]):
-        step = onnx_model(
-            attention_mask=attention_mask,
-            encoder_outputs=encoder_outputs,
-            decoder_input_ids=decoder_input_ids[:, t : t + 1],
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache = step.past_key_values
-        torch.testing.assert_close(step.logits[:, 0], expected[:, t], atol=1e-4, rtol=1e-4)
+    # the same helper drives the ONNX model, with the same config-less cache transformers' examples build
+    got, cache = decode_step_by_step(onnx_model, input_ids, attention_mask, decoder_input_ids)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert cache.get_seq_length() == decoder_input_ids.shape[1]
     with pytest.raises(ValueError, match="ONNX export covers 128"):  # learned positions stop at their table
         onnx_model.generate(input_ids=torch.full((1, 129), 5), max_new_tokens=3)
 

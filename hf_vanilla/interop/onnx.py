@@ -245,11 +245,23 @@ def _array(tensor: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(tensor.detach().cpu().numpy())
 
 
-def _hold(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) -> None:
-    """Keep ONNX Runtime's outputs (already past + new) as the layer's cache, not `update`'s concatenated copy."""
-    if not layer.is_initialized:
-        layer.lazy_initialization(keys, values)
-    layer.keys, layer.values = keys, values
+def _initialized_layer(cache: DynamicCache, layer_idx: int) -> DynamicLayer | None:
+    """The cache's layer `layer_idx` once it holds keys and values; a cache built without a config (as in
+    transformers' examples) has no layer before its first `update`."""
+    if layer_idx < len(cache.layers) and cache.layers[layer_idx].is_initialized:
+        return cache.layers[layer_idx]
+    return None
+
+
+def _hold(cache: DynamicCache, layer_idx: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Keep ONNX Runtime's outputs (already past + new) as the layer's cache, instead of `update`'s concatenation
+    onto the past: a copy of the whole cache at every step. The first step goes through `update`, which creates
+    the layer where needed."""
+    layer = _initialized_layer(cache, layer_idx)
+    if layer is None:
+        cache.update(keys, values, layer_idx)
+    else:
+        layer.keys, layer.values = keys, values
 
 
 def refuse_extra_outputs(output_attentions: bool | None, output_hidden_states: bool | None) -> None:
@@ -375,8 +387,11 @@ class OnnxVanillaForConditionalGeneration(PreTrainedModel, VanillaGenerationMixi
         empty = np.zeros((batch, heads, 0, head_dim), dtype=np.float32)
         arrays = [_array(decoder_input_ids), _array(attention_mask.long())]
         for i in range(self.config.decoder_layers):
-            self_layer, cross_layer = cache.self_attention_cache.layers[i], cache.cross_attention_cache.layers[i]
-            past = [_array(self_layer.keys), _array(self_layer.values)] if self_layer.is_initialized else [empty] * 2
+            self_layer, cross_layer = (
+                _initialized_layer(cache.self_attention_cache, i),
+                cache.cross_attention_cache.layers[i],
+            )
+            past = [empty] * 2 if self_layer is None else [_array(self_layer.keys), _array(self_layer.values)]
             arrays += past + [_array(cross_layer.keys), _array(cross_layer.values)]
         return dict(zip(self.decoder_input_names, arrays, strict=True))
 
@@ -422,7 +437,7 @@ class OnnxVanillaForConditionalGeneration(PreTrainedModel, VanillaGenerationMixi
         feed = self._decoder_feed(decoder_input_ids, attention_mask, past_key_values)
         logits, *present = (torch.from_numpy(array) for array in self.decoder_session.run(None, feed))
         for i in range(self.config.decoder_layers):
-            _hold(past_key_values.self_attention_cache.layers[i], present[2 * i], present[2 * i + 1])
+            _hold(past_key_values.self_attention_cache, i, present[2 * i], present[2 * i + 1])
         return Seq2SeqLMOutput(
             logits=logits,
             past_key_values=past_key_values if use_cache else None,
