@@ -48,8 +48,9 @@ def hardware_description(processes: int) -> str:
     if torch.cuda.is_available():
         device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
     else:
-        cpuinfo = Path("/proc/cpuinfo")
-        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
+        cpuinfo = Path("/proc/cpuinfo")  # Linux only; elsewhere platform's answer
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+        models = [line.split(":", 1)[1].strip() for line in lines if "model name" in line]
         name = models[0] if models else platform.processor() or platform.machine()
         device = f"CPU {name}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
     return f"{device}; {processes} process(es); torch {torch.__version__}; {platform.system()}"
