@@ -1,34 +1,31 @@
-"""Reading parallel text: plain or gzipped UTF-8, one sentence a line; the corpora shipped with the package."""
+"""Parallel text in every form users hold it, read as a stream into memory-mapped Arrow tables.
+
+`load_parallel_corpus` takes:
+- a corpus shipped with the package (`BUNDLED_CORPORA`);
+- a folder of aligned text files, `{split}.{lang}[.gz]` (or another `pattern`), one sentence a line;
+- a folder of TSV pairs, `{split}.tsv[.gz]`, `source<TAB>target` a line (as OPUS and Marian ship them);
+- a `save_to_disk` folder of a `datasets.DatasetDict`;
+- a dataset repository, local or a Hub id, with a config name where it has several (`wmt14`, `de-en`): JSON lines,
+  parquet, arrow or CSV files whose rows hold a `translation` column of `{lang: text}` (every translation dataset
+  on the Hub, and transformers' `run_translation.py` files) or one column per language;
+- named files per split (`data_files`), in any of those file formats.
+
+Whatever the form, the result is a `DatasetDict` of `source`/`target` string columns backed by Arrow files in the
+`datasets` cache: the corpus is never a Python list, and a second read of the same files opens the cache.
+"""
 
 import gzip
+import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a text file (`.gz` decompressed), stripped of surrounding whitespace and line ends (LF or CRLF).
-
-    Invalid UTF-8 raises `ValueError` naming the file and line, rather than decoding into replacement characters.
-    """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                lines.append(raw.decode("utf-8").strip())
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}: line {number} is not valid UTF-8 ({error.reason}).") from error
-    return lines
-
-
-def iter_lines(paths: list[str | Path]) -> Iterator[str]:
-    """The non-empty lines of several files, in order."""
-    for path in paths:
-        yield from (line for line in read_lines(path) if line)
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 SPLIT_ALIASES = {"validation": ("val", "valid", "validation", "dev"), "test": ("test2016", "test")}
+SPLITS = ("train", "validation", "test")
 
 DEFAULT_PATTERN = "{split}.{lang}"
 CORPORA = Path(__file__).parent / "corpora"
@@ -39,71 +36,299 @@ BUNDLED_CORPORA = {
     "multi30k": (CORPORA / "multi30k", DEFAULT_PATTERN),
     "multi30k-tok": (CORPORA / "multi30k" / "tok", "{split}.lc.norm.tok.{lang}"),
 }
+# File formats of dataset repositories and named split files, by suffix: the `datasets` builder that reads each.
+DATASET_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
+ACCEPTED_FORMS = (
+    f"a bundled corpus ({', '.join(BUNDLED_CORPORA)}); a folder of aligned text files {{split}}.{{lang}}[.gz] "
+    "(--data_pattern for other names); a folder of TSV pairs {split}.tsv[.gz]; a save_to_disk folder; a dataset "
+    "repository (local or a Hub id, with --data_config) of JSON lines, parquet, arrow or CSV files holding a "
+    "'translation' column or one column per language; or --train_file/--validation_file/--test_file"
+)
 
 
-def find_split_file(folder: Path, split: str, language: str, pattern: str) -> Path:
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def stream_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a text file (`.gz` decompressed), stripped of surrounding whitespace and line ends (LF or CRLF).
+
+    Invalid UTF-8 raises `ValueError` naming the file and line, rather than decoding into replacement characters.
+    """
+    path = Path(path)
+    with _open_binary(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").strip()
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}: line {number} is not valid UTF-8 ({error.reason}).") from error
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a (small) text file, as `stream_lines` reads them."""
+    return list(stream_lines(path))
+
+
+def iter_lines(paths: list[str | Path]) -> Iterator[str]:
+    """The non-empty lines of several files, in order, one at a time."""
+    for path in paths:
+        yield from (line for line in stream_lines(path) if line)
+
+
+def _file_stamp(path: Path) -> tuple[str, int, int]:
+    """What identifies a file's content for the `datasets` cache: path, size and modification time."""
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def aligned_text_pairs(source_path: str, target_path: str, stamps: tuple) -> Iterator[dict[str, str]]:
+    """`{"source", "target"}` rows from two aligned text files; unequal line counts or an empty file raise
+    `ValueError` naming both files. (`stamps` only keys the cache: a changed file is read again.)"""
+    sources, targets = stream_lines(source_path), stream_lines(target_path)
+    count = 0
+    for count, (source, target) in enumerate(itertools.zip_longest(sources, targets), start=1):
+        if source is None or target is None:
+            source_count = count - 1 + (source is not None) + sum(1 for _ in sources)
+            target_count = count - 1 + (target is not None) + sum(1 for _ in targets)
+            raise ValueError(
+                f"Parallel files are not aligned: {source_path} has {source_count} lines but {target_path} has "
+                f"{target_count}; line i of one must translate line i of the other."
+            )
+        yield {"source": source, "target": target}
+    if count == 0:
+        raise ValueError(f"Empty parallel files: {source_path} and {target_path} have no lines.")
+
+
+def tsv_pairs(path: str, stamp: tuple) -> Iterator[dict[str, str]]:
+    """`{"source", "target"}` rows from `source<TAB>target` lines; any other number of fields is an error naming the
+    line (nothing is silently skipped)."""
+    count = 0
+    for count, line in enumerate(stream_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(
+                f"{path}: line {count} has {len(fields)} tab-separated fields; a TSV pair is source<TAB>target."
+            )
+        yield {"source": fields[0].strip(), "target": fields[1].strip()}
+    if count == 0:
+        raise ValueError(f"Empty TSV file: {path} has no lines.")
+
+
+def _from_generator(generator, split: str, **gen_kwargs):
+    """A memory-mapped `Dataset` written from `generator` into the `datasets` cache (read again only when the files
+    change), with our own errors instead of the library's generic wrapper."""
+    import datasets
+
+    try:
+        return datasets.Dataset.from_generator(generator, gen_kwargs=gen_kwargs, split=split)
+    except datasets.exceptions.DatasetGenerationError as error:
+        if isinstance(error.__cause__, ValueError):
+            raise error.__cause__ from None
+        raise
+
+
+def _split_names(split: str) -> tuple[str, ...]:
+    return SPLIT_ALIASES.get(split, (split,))
+
+
+def find_split_file(folder: Path, split: str, language: str, pattern: str) -> Path | None:
     """The file of `split` in `language` under `folder`, gzipped or plain (`val.en.gz` for validation, say)."""
-    for name in SPLIT_ALIASES.get(split, (split,)):
+    for name in _split_names(split):
         for suffix in (".gz", ""):
             candidate = folder / (pattern.format(split=name, lang=language) + suffix)
             if candidate.is_file():
                 return candidate
-    raise FileNotFoundError(
-        f"No {split} file for language '{language}' in {folder} (looked for "
-        f"{[pattern.format(split=name, lang=language) for name in SPLIT_ALIASES.get(split, (split,))]}, .gz or plain)."
+    return None
+
+
+def _text_folder(folder: Path, source_language: str, target_language: str, pattern: str, splits) -> dict:
+    corpus = {}
+    for split in splits:
+        source = find_split_file(folder, split, source_language, pattern)
+        target = find_split_file(folder, split, target_language, pattern)
+        if source is None or target is None:
+            language = source_language if source is None else target_language
+            looked_for = [pattern.format(split=name, lang=language) for name in _split_names(split)]
+            raise FileNotFoundError(
+                f"No {split} file for language '{language}' in {folder} (looked for {looked_for})."
+            )
+        stamps = (_file_stamp(source), _file_stamp(target))
+        corpus[split] = _from_generator(
+            aligned_text_pairs, split, source_path=str(source), target_path=str(target), stamps=stamps
+        )
+    return corpus
+
+
+def _tsv_file(path: Path, split: str):
+    return _from_generator(tsv_pairs, split, path=str(path), stamp=_file_stamp(path))
+
+
+def _tsv_folder(folder: Path, splits) -> dict:
+    corpus = {}
+    for split in splits:
+        path = find_split_file(folder, split, "tsv", "{split}.{lang}")
+        if path is None:
+            raise FileNotFoundError(f"No {split} TSV file in {folder} (looked for {_split_names(split)} + .tsv[.gz]).")
+        corpus[split] = _tsv_file(path, split)
+    return corpus
+
+
+def _pick_splits(loaded, splits, description: str) -> dict:
+    """`splits` of a loaded `DatasetDict`, each found under its name or an alias (`dev` for validation, ...)."""
+    corpus = {}
+    for split in splits:
+        name = next((alias for alias in (split, *_split_names(split)) if alias in loaded), None)
+        if name is None:
+            raise ValueError(
+                f"{description} has no {split} split (it has {sorted(loaded)}); give one with --{split}_file."
+            )
+        corpus[split] = loaded[name]
+    return corpus
+
+
+def select_pair(batch: pa.Table, source_path: list[str], target_path: list[str]) -> pa.Table:
+    """`source`/`target` columns (whitespace-trimmed strings) from the columns or struct fields at the two paths."""
+
+    def column(path: list[str]):
+        values = batch.column(path[0])
+        if len(path) > 1:
+            values = pc.struct_field(values, path[1:])
+        if values.null_count:
+            raise ValueError(f"Column {'.'.join(path)} has {values.null_count} empty (null) rows; fill or drop them.")
+        return pc.utf8_trim_whitespace(values.cast(pa.string()))
+
+    return pa.table({"source": column(source_path), "target": column(target_path)})
+
+
+def _language_paths(dataset, source_language: str, target_language: str, description: str):
+    """Where the two languages are: fields of a `translation` column, or columns of their own."""
+    arrow_type = dataset.data.schema
+    if "translation" in arrow_type.names and pa.types.is_struct(arrow_type.field("translation").type):
+        fields = {field.name for field in arrow_type.field("translation").type}
+        if {source_language, target_language} <= fields:
+            return ["translation", source_language], ["translation", target_language]
+        raise ValueError(
+            f"{description}: its 'translation' column holds {sorted(fields)}, not both '{source_language}' and "
+            f"'{target_language}'; set --source_language/--target_language (or --data_config) to its pair."
+        )
+    if {source_language, target_language} <= set(arrow_type.names):
+        return [source_language], [target_language]
+    raise ValueError(
+        f"{description}: no 'translation' column and no '{source_language}'/'{target_language}' columns "
+        f"(columns: {arrow_type.names})."
     )
 
 
-def read_parallel(source_path: str | Path, target_path: str | Path) -> tuple[list[str], list[str]]:
-    """Aligned source/target lines; unequal line counts or an empty file raise `ValueError` naming both files."""
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if not sources or not targets:
-        raise ValueError(f"Empty parallel file: {source_path} has {len(sources)} lines, {target_path} {len(targets)}.")
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"Parallel files are not aligned: {source_path} has {len(sources)} lines but {target_path} has "
-            f"{len(targets)}; line i of one must translate line i of the other."
+def _as_pairs(loaded: dict, source_language: str, target_language: str, description: str) -> dict:
+    """Each split reduced to `source`/`target` columns (an Arrow-level pass, cached by `datasets`)."""
+    corpus = {}
+    for split, dataset in loaded.items():
+        if set(dataset.column_names) == {"source", "target"}:
+            corpus[split] = dataset
+            continue
+        source_path, target_path = _language_paths(dataset, source_language, target_language, description)
+        corpus[split] = (
+            dataset.with_format("arrow")
+            .map(
+                select_pair,
+                batched=True,
+                batch_size=10_000,
+                fn_kwargs={"source_path": source_path, "target_path": target_path},
+                remove_columns=dataset.column_names,
+                desc=f"{split}: {source_language}-{target_language} pairs",
+            )
+            .with_format(None)
         )
-    return sources, targets
+    return corpus
+
+
+def _dataset_files(folder: Path) -> bool:
+    return any(path.suffix in DATASET_FILE_BUILDERS or path.name.endswith(".json.gz") for path in folder.rglob("*"))
+
+
+def _named_files(data_files: dict[str, str], splits) -> dict:
+    """One file per split, each read by its suffix (TSV pairs, or a `datasets` builder)."""
+    import datasets
+
+    corpus = {}
+    for split in splits:
+        if not data_files.get(split):
+            raise ValueError(f"No {split} file: give --train_file, --validation_file and --test_file together.")
+        path = Path(data_files[split])
+        if not path.is_file():
+            raise FileNotFoundError(f"--{split}_file {path}: no such file.")
+        suffixes = [suffix for suffix in path.suffixes if suffix != ".gz"]
+        suffix = suffixes[-1] if suffixes else ""
+        if suffix == ".tsv":
+            corpus[split] = _tsv_file(path, split)
+        elif suffix in DATASET_FILE_BUILDERS:
+            loaded = datasets.load_dataset(DATASET_FILE_BUILDERS[suffix], data_files={split: str(path)})
+            corpus[split] = loaded[split]
+        else:
+            raise ValueError(
+                f"--{split}_file {path}: unknown format '{suffix}'; use .tsv, "
+                f"{', '.join(DATASET_FILE_BUILDERS)} (optionally .gz), or a --data folder for aligned text files."
+            )
+    return corpus
+
+
+def _folder(folder: Path, source_language: str, target_language: str, splits, pattern, config) -> dict:
+    """A local folder in whichever form it holds."""
+    import datasets
+
+    text_form = pattern or DEFAULT_PATTERN
+    if (folder / "dataset_dict.json").is_file():
+        return _pick_splits(datasets.load_from_disk(str(folder)), splits, str(folder))
+    if find_split_file(folder, "train", source_language, text_form):
+        return _text_folder(folder, source_language, target_language, text_form, splits)
+    if find_split_file(folder, "train", "tsv", "{split}.{lang}"):
+        return _tsv_folder(folder, splits)
+    if (folder / "README.md").is_file() or _dataset_files(folder):
+        return _pick_splits(datasets.load_dataset(str(folder), config), splits, str(folder))
+    raise FileNotFoundError(
+        f"No parallel data in {folder}: looked for dataset_dict.json, "
+        f"{text_form.format(split='train', lang=source_language)}[.gz], train.tsv[.gz], a dataset README.md and "
+        f"{'/'.join(DATASET_FILE_BUILDERS)} files. Accepted: {ACCEPTED_FORMS}."
+    )
 
 
 def load_parallel_corpus(
-    location: str | Path,
+    location: str | Path | None,
     source_language: str,
     target_language: str,
-    splits: tuple[str, ...] = ("train", "validation", "test"),
+    splits: tuple[str, ...] = SPLITS,
     pattern: str | None = None,
     max_examples: dict[str, int] | None = None,
+    config: str | None = None,
+    data_files: dict[str, str] | None = None,
 ):
-    """A `datasets.DatasetDict` with columns `source` and `target`, from a bundled corpus (`BUNDLED_CORPORA`), a
-    folder of aligned text files (`pattern`, default `{split}.{lang}`), or, for anything else, a Hub dataset id with
-    one column per language (e.g. `bentrevett/multi30k`)."""
+    """A `datasets.DatasetDict` of `splits`, with string columns `source` and `target`, from any form of parallel
+    data the module docstring lists; `max_examples` keeps the first N pairs of a split."""
     import datasets
 
-    max_examples = max_examples or {}
-    if str(location) in BUNDLED_CORPORA:
-        location, bundled_pattern = BUNDLED_CORPORA[str(location)]
-        pattern = pattern or bundled_pattern
-    pattern = pattern or DEFAULT_PATTERN
-    folder = Path(location)
-    if folder.is_dir():
-        columns = {}
-        for split in splits:
-            sources, targets = read_parallel(
-                find_split_file(folder, split, source_language, pattern),
-                find_split_file(folder, split, target_language, pattern),
-            )
-            limit = max_examples.get(split)
-            columns[split] = {"source": sources[:limit], "target": targets[:limit]}
-        return datasets.DatasetDict({split: datasets.Dataset.from_dict(data) for split, data in columns.items()})
-    hub = datasets.load_dataset(str(location))
-    corpus = {}
-    for split in splits:
-        name = next((alias for alias in SPLIT_ALIASES.get(split, (split,)) if alias in hub), split)
-        part = hub[name].map(
-            lambda row: {"source": row[source_language].strip(), "target": row[target_language].strip()},
-            remove_columns=hub[name].column_names,
-        )
-        limit = max_examples.get(split)
-        corpus[split] = part.select(range(min(limit, len(part)))) if limit else part
-    return datasets.DatasetDict(corpus)
+    if data_files:
+        corpus = _named_files(data_files, splits)
+        description = "the named files"
+    elif str(location) in BUNDLED_CORPORA:
+        folder, bundled_pattern = BUNDLED_CORPORA[str(location)]
+        corpus = _text_folder(folder, source_language, target_language, pattern or bundled_pattern, splits)
+        description = str(location)
+    elif Path(location).is_dir():
+        corpus = _folder(Path(location), source_language, target_language, splits, pattern, config)
+        description = str(location)
+    elif Path(location).exists() or str(location).startswith((".", os.sep, "~")):
+        raise FileNotFoundError(f"--data {location}: not a folder. Accepted: {ACCEPTED_FORMS}.")
+    else:
+        try:
+            loaded = datasets.load_dataset(str(location), config)
+        except (ConnectionError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as error:
+            raise ValueError(
+                f"--data {location}: no such local folder, and the Hub dataset could not be loaded ({error}). "
+                f"Accepted: {ACCEPTED_FORMS}."
+            ) from error
+        corpus = _pick_splits(loaded, splits, f"Hub dataset {location}")
+        description = f"Hub dataset {location}"
+    for split, limit in (max_examples or {}).items():
+        if limit and split in corpus:
+            corpus[split] = corpus[split].select(range(min(limit, len(corpus[split]))))
+    return datasets.DatasetDict(_as_pairs(corpus, source_language, target_language, description))

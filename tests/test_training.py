@@ -2,6 +2,7 @@
 how much a model uses its source, and the alarm when it does not."""
 
 import logging
+import math
 
 import pytest
 import torch
@@ -115,6 +116,72 @@ def test_chunked_loss_equals_the_label_smoother_in_value_and_gradients(smoothing
         for name, expected in expected_gradients.items():
             got = dict(model.named_parameters())[name].grad
             assert torch.allclose(got, expected, atol=1e-5), (name, skip_logits)
+
+
+def test_chunked_loss_under_bf16_autocast_equals_the_label_smoother_within_bf16_tolerance():
+    # What `--bf16` does on a CPU: Accelerate runs the forward under bf16 autocast, the chunked loss included.
+    model = make_model(dropout=0.0, vocab_size=200, d_model=64).train()
+    batch = labelled_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected_loss, expected_gradients = label_smoother_loss_and_gradients(model, batch, 0.1)
+        input_ids, attention_mask, labels = batch
+        model.zero_grad()
+        out = model(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=0.1, skip_logits=True
+        )
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    assert torch.allclose(out.loss, expected_loss, rtol=1e-2)  # bf16 keeps 8 bits of mantissa: ~0.4% per rounding
+    out.loss.backward()
+    _, float32_gradients = label_smoother_loss_and_gradients(model, batch, 0.1)
+    for name, expected in expected_gradients.items():
+        got = dict(model.named_parameters())[name].grad
+        # as close to the bf16 reference as that reference is to float32: the same rounding, not another loss
+        tolerance = 2 * (expected - float32_gradients[name]).norm() + 1e-3 * expected.norm()
+        assert (got - expected).norm() <= tolerance, name
+
+
+def test_bf16_training_runs_the_chunked_loss_and_learns(tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(64)]
+    data = Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "labels": rows,
+            "source_length": list(map(len, rows)),
+            "target_length": list(map(len, rows)),
+        }
+    )
+    model = make_model(dropout=0.0, vocab_size=48).train()
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=30,
+        learning_rate=3e-3,
+        warmup_steps=5,
+        label_smoothing_factor=0.1,
+        bf16=True,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=5,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
+        max_tokens=64,
+    )
+    assert trainer.accelerator.mixed_precision == "bf16"
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert all(map(math.isfinite, losses)) and losses[-1] < 0.8 * losses[0]
+    assert losses[-1] < math.log(48)  # below a uniform guess over the vocabulary: it learnt
 
 
 @pytest.mark.parametrize("chunk_size", [1, 7, 64, 1000])

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,31 @@ def test_two_cpu_processes_see_different_batches_and_end_identical(tmp_path):
     assert len(batches[0]) >= 12 and len(batches[1]) >= 12
     assert not batches[0] & batches[1], "ranks must train on different data"
     assert first["weights"] == second["weights"], "DDP keeps the replicas identical"
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_see_every_pair_of_an_epoch_once(tmp_path):
+    first, second = launch_two_processes(tmp_path, "--epochs", "1")
+    seen = [tuple(row) for rank in (first, second) for batch in rank["batches"] for row in batch]
+    assert sorted(seen) == sorted(tuple(row) for row in first["dataset"]), "no pair twice, none lost"
+    assert len(first["batches"]) == len(second["batches"]), "the ranks made the same number of steps"
+
+
+@pytest.mark.slow
+def test_two_processes_tokenize_once_and_test_every_sentence_once(tmp_path):
+    cache = tmp_path / "cache"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate_cpu.yaml"]
+    command += ["-m", "hf_vanilla", "train", "--config", "configs/smoke.yaml", "--output_dir", str(tmp_path / "run")]
+    command += ["--data_cache_dir", str(cache), "--max_steps", "2", "--eval_steps", "2", "--save_steps", "2"]
+    command += ["--average_last", "0", "--use_cpu", "true", "--report_to", "none"]
+    command += ["--max_test_examples", "9", "--per_device_eval_batch_size", "4"]  # 2 x 4 does not divide 9
+    log = run(command).stderr
+    assert re.search(r"\[rank 0\] startup: tokenizing \(built ", log), log[-3000:]
+    assert re.search(r"\[rank 1\] startup: tokenizing \(opened ", log), log[-3000:]
+    assert len(list((cache / "tokenized").iterdir())) == 1 and len(list((cache / "tokenizers").iterdir())) == 1
+    assert log.count("Trained a 600-entry BPE") == 1
+    # Accelerate repeats test sentences to fill the last batch of every process; each is scored once.
+    assert len((tmp_path / "run" / "test_translations.txt").read_text().splitlines()) == 9
 
 
 def train_worker(output: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,5 @@
 """The pieces the training recipe adds to Seq2SeqTrainer, each against an independent truth."""
 
-import gzip
 import math
 
 import numpy as np
@@ -10,7 +9,6 @@ import torch
 from safetensors.torch import load_file
 from transformers import EvalPrediction, get_scheduler
 
-from hf_vanilla.data import load_parallel_corpus, read_lines, read_parallel
 from hf_vanilla.training import TokenBudgetBatchSampler, TranslationMetric, build_compute_metrics, parse_arguments
 from hf_vanilla.training.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
 
@@ -150,43 +148,6 @@ def test_averaging_refuses_different_models(tmp_path):
     make_model(decoder_layers=1).save_pretrained(tmp_path / "b")
     with pytest.raises(ValueError, match="different weights"):
         average_state_dicts([tmp_path / "a", tmp_path / "b"])
-
-
-# Parallel data
-
-
-def write(path, text: bytes):
-    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
-
-
-def test_corpus_folder_strips_lines_and_handles_crlf(tmp_path):
-    for split in ("train", "val", "test2016"):
-        write(tmp_path / f"{split}.en.gz", b" A dog runs.\r\nTwo cats\tsleep. \n")
-        write(tmp_path / f"{split}.de", b"Ein Hund rennt.\r\nZwei Katzen schlafen.\n")
-    corpus = load_parallel_corpus(tmp_path, "en", "de")
-    assert corpus["validation"]["source"] == ["A dog runs.", "Two cats\tsleep."]
-    assert corpus["test"]["target"] == ["Ein Hund rennt.", "Zwei Katzen schlafen."]
-
-
-def test_misaligned_files_name_both_files_and_counts(tmp_path):
-    write(tmp_path / "a.en", b"one\ntwo\nthree\n")
-    write(tmp_path / "a.de", b"eins\nzwei\n")
-    with pytest.raises(ValueError, match=r"a\.en has 3 lines but .*a\.de has 2"):
-        read_parallel(tmp_path / "a.en", tmp_path / "a.de")
-    write(tmp_path / "empty.de", b"")
-    with pytest.raises(ValueError, match="Empty parallel file"):
-        read_parallel(tmp_path / "a.en", tmp_path / "empty.de")
-
-
-def test_invalid_utf8_names_the_line(tmp_path):
-    write(tmp_path / "bad.de.gz", "gut\nschön\n".encode() + b"\xff\xfe kaputt\n")
-    with pytest.raises(ValueError, match=r"bad\.de\.gz: line 3 is not valid UTF-8"):
-        read_lines(tmp_path / "bad.de.gz")
-
-
-def test_missing_split_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="No train file for language 'en'"):
-        load_parallel_corpus(tmp_path, "en", "de")
 
 
 # Recipe arguments and schedule

@@ -17,12 +17,29 @@ class RecipeArguments:
     data: str = field(
         default="multi30k",
         metadata={
-            "help": f"a corpus shipped with hf_vanilla ({', '.join(BUNDLED_CORPORA)}), a folder of aligned text files "
-            "({split}.{lang}[.gz]) or a Hub dataset id such as bentrevett/multi30k"
+            "help": f"a corpus shipped with hf_vanilla ({', '.join(BUNDLED_CORPORA)}); a folder of aligned text files "
+            "({split}.{lang}[.gz]), of TSV pairs ({split}.tsv[.gz]), of JSON lines / parquet / arrow / CSV files, or "
+            "from save_to_disk; or a dataset repository, local or a Hub id such as wmt14 (with --data_config)"
         },
+    )
+    data_config: str | None = field(
+        default=None, metadata={"help": "config name of a dataset repository, e.g. de-en for wmt14"}
     )
     data_pattern: str | None = field(
         default=None, metadata={"help": "file name pattern inside a `data` folder (default: {split}.{lang})"}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "instead of --data: a training file (.tsv, .json[l], .parquet, .arrow, .csv; .gz too)"},
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "with --train_file: the validation file"})
+    test_file: str | None = field(default=None, metadata={"help": "with --train_file: the test file"})
+    data_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "cache of tokenizers and tokenized corpora (default: <HF_DATASETS_CACHE>/hf_vanilla)"},
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "processes that tokenize the corpus (default: one per CPU core)"}
     )
     source_language: str = "en"
     target_language: str = "de"
@@ -32,6 +49,10 @@ class RecipeArguments:
     model_config: str = field(default="configs/tiny.json", metadata={"help": "model preset (JSON)"})
     tokenizer: str | None = field(default=None, metadata={"help": "trained tokenizer folder; trained if not given"})
     vocab_size: int = field(default=10000, metadata={"help": "size of the BPE vocabulary to train"})
+    tokenizer_sample: int = field(
+        default=2_000_000,
+        metadata={"help": "the BPE learns from about this many sentences drawn from the training pairs (both sides)"},
+    )
     max_length: int = field(default=256, metadata={"help": "training pairs longer (in tokens) are dropped, counted"})
     max_tokens: int = field(default=4096, metadata={"help": "tokens per batch including padding (per process)"})
     lr_scale: float | None = field(
@@ -50,6 +71,11 @@ class RecipeArguments:
     test_num_beams: int = field(default=4, metadata={"help": "beam size for the final test evaluation"})
     extra_target_tokens: int = field(default=50, metadata={"help": "generation budget: longest source + this"})
     translate_examples: int = field(default=3, metadata={"help": "test sentences printed with translations"})
+
+    def data_files(self) -> dict[str, str] | None:
+        """The named split files, when given instead of `data`."""
+        files = {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}
+        return {split: path for split, path in files.items() if path} or None
 
 
 def paper_learning_rate(scale: float, d_model: int, warmup_steps: int) -> float:

@@ -4,18 +4,48 @@ import numpy as np
 from torch.utils.data import Sampler
 
 
+def pack_by_budget(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Start offsets of the batches (and the end) that greedily fill `max_tokens` along lengths sorted ascending: a
+    batch of n pairs costs n * its last (longest) length. One vectorised step per batch, not per pair."""
+    bounds, start, total = [0], 0, len(sorted_lengths)
+    while start < total:
+        window = sorted_lengths[start : start + max_tokens // int(sorted_lengths[start])]
+        fits = window * np.arange(1, len(window) + 1) <= max_tokens  # True up to the first pair that overflows
+        start += len(window) if fits[-1] else int(np.argmin(fits))
+        bounds.append(start)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def split_largest_batches(bounds: np.ndarray, count: int) -> np.ndarray:
+    """`bounds` with the `count` batches of most pairs each cut in two (every half still fits the budget)."""
+    sizes = np.diff(bounds)
+    largest = np.argsort(-sizes, kind="stable")[:count]
+    if count > len(sizes) or sizes[largest].min(initial=2) < 2:
+        raise ValueError(
+            f"Cannot split {len(sizes)} batches into a number divisible by the process count: too few training "
+            "pairs for this many processes; use fewer processes or more data."
+        )
+    return np.sort(np.concatenate([bounds, bounds[largest] + sizes[largest] // 2]))
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of similar-length pairs holding at most `max_tokens` tokens each, padding included (fairseq's
     `--max-tokens`): a batch of n pairs costs n * its longest side. Batches are formed once from a seeded,
-    length-sorted order (so their number is fixed, as the Trainer needs) and visited in a new order each epoch."""
+    length-sorted order (so their number is fixed, as the Trainer needs) and visited in a new order each epoch.
+
+    With `num_shards` processes, the number of batches is made a multiple of it (by halving the largest batches), so
+    that Accelerate's sharding (process i takes batches i, i + n, ...) gives every process the same number of batches
+    and no pair to two processes or to none. Pairs are held as one index array (not a list per batch), so 40M pairs
+    cost 160 MB and a few seconds."""
 
     def __init__(
         self,
-        source_lengths: list[int],
-        target_lengths: list[int],
+        source_lengths,
+        target_lengths,
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
+        num_shards: int = 1,
     ):
         lengths = np.maximum(np.asarray(source_lengths), np.asarray(target_lengths))
         if lengths.size == 0:
@@ -28,27 +58,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.seed, self.shuffle, self.epoch = seed, shuffle, 0
         order = np.random.default_rng(seed).permutation(len(lengths))
         order = order[np.argsort(lengths[order], kind="stable")]  # by length; ties in seeded random order
-        self.batches: list[list[int]] = []
-        batch: list[int] = []
-        longest = 0
-        for index in order.tolist():
-            longest_if_added = max(longest, int(lengths[index]))
-            if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-                self.batches.append(batch)
-                batch, longest_if_added = [], int(lengths[index])
-            batch.append(index)
-            longest = longest_if_added
-        self.batches.append(batch)
+        self.order = order.astype(np.int32 if len(order) < 2**31 else np.int64)
+        self.bounds = pack_by_budget(np.maximum(lengths[order], 1), max_tokens)
+        shortfall = -(len(self.bounds) - 1) % num_shards
+        if shortfall:
+            self.bounds = split_largest_batches(self.bounds, shortfall)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
-        order = range(len(self.batches))
+        batches = np.arange(len(self))
         if self.shuffle:
-            order = np.random.default_rng(self.seed + self.epoch).permutation(len(self.batches)).tolist()
-        for position in order:
-            yield self.batches[position]
+            batches = np.random.default_rng(self.seed + self.epoch).permutation(len(self))
+        for batch in batches.tolist():
+            yield self.order[self.bounds[batch] : self.bounds[batch + 1]].tolist()
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.bounds) - 1

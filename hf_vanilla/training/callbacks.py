@@ -34,6 +34,31 @@ class CsvLoggerCallback(TrainerCallback):
                     writer.writerow([state.global_step, state.epoch, name, value])
 
 
+class StartupClock:
+    """Logs how long each start-up stage of this process took, up to its first update: a user sees where a slow start
+    goes, and `benchmarks/scale.py` reads the lines."""
+
+    def __init__(self, rank: int):
+        self.rank, self.last = rank, time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        logger.warning("[rank %d] startup: %s took %.1f s", self.rank, stage, now - self.last)
+        self.last = now
+
+
+class FirstUpdateCallback(TrainerCallback):
+    """Ends the `StartupClock` at the first update this process makes (after a resume too)."""
+
+    def __init__(self, clock: StartupClock):
+        self.clock, self.done = clock, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.done:
+            self.clock.lap(f"first update (update {state.global_step})")
+            self.done = True
+
+
 class TimeBudgetCallback(TrainerCallback):
     """Stop training (saving a checkpoint) once `minutes` of wall time have passed."""
 

@@ -8,12 +8,11 @@ offline, CSV logs with a PNG of the curves, a wall-clock budget, and averaging o
 """
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from transformers import (
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
     PreTrainedTokenizerBase,
@@ -26,21 +25,25 @@ from ..data import load_parallel_corpus
 from ..loading import load_model
 from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 from ..pipeline_vanilla import decoding_budget
-from ..tokenization import train_bpe_tokenizer
 from .arguments import RecipeArguments, resume_point, with_paper_learning_rate
 from .callbacks import (
     CheckpointAveragingCallback,
     CsvLoggerCallback,
+    FirstUpdateCallback,
     SourceNeglectCallback,
+    StartupClock,
     StopOnSigtermCallback,
     TimeBudgetCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics
+from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus
 from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
 
 
 logger = logging.getLogger(__name__)
+
+EVALUATED = ("validation", "test")
 
 
 class TrainingInterrupted(Exception):
@@ -52,22 +55,6 @@ class TrainingInterrupted(Exception):
             f"Stopped by SIGTERM after update {step}; the checkpoint is {output_dir / f'checkpoint-{step}'}. "
             "Run the same command with `--resume_from_checkpoint last` to continue from it."
         )
-
-
-def prepare_tokenizer(
-    tokenizer_path: str | None, vocab_size: int, train_pairs, output_dir: Path, resuming: bool = False
-) -> PreTrainedTokenizerBase:
-    """The tokenizer at `tokenizer_path`; when resuming, the run's own; else a joint BPE of `vocab_size` trained on
-    the training pairs and saved to `<output_dir>/tokenizer`."""
-    if tokenizer_path:
-        return AutoTokenizer.from_pretrained(tokenizer_path)
-    if resuming and (output_dir / "tokenizer").is_dir():  # the checkpoints' ids come from this one
-        return AutoTokenizer.from_pretrained(output_dir / "tokenizer")
-    tokenizer = train_bpe_tokenizer(
-        [*train_pairs["source"], *train_pairs["target"]], vocab_size=vocab_size, show_progress=False
-    )
-    tokenizer.save_pretrained(output_dir / "tokenizer")
-    return tokenizer
 
 
 def build_model(
@@ -88,26 +75,57 @@ def build_model(
     return VanillaTransformerForConditionalGeneration(config)
 
 
-def tokenize_corpus(corpus, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """Token ids plus lengths; over-long *training* pairs are dropped and counted, evaluation pairs never."""
+@dataclass
+class PreparedData:
+    """The raw corpus (its test split feeds the report), the tokenizer and the tokenized corpus."""
 
-    def encode(batch):
-        encoded = tokenizer(batch["source"], text_target=batch["target"])
-        encoded["source_length"] = [len(ids) for ids in encoded["input_ids"]]
-        encoded["target_length"] = [len(ids) for ids in encoded["labels"]]
-        return encoded
+    corpus: "object"  # datasets.DatasetDict of source/target strings
+    tokenizer: PreTrainedTokenizerBase
+    tokenized: TokenizedCorpus
 
-    tokenized = corpus.map(encode, batched=True, desc="tokenizing")
-    train = tokenized["train"]
-    kept = train.filter(
-        lambda row: row["source_length"] <= max_length and row["target_length"] <= max_length, desc="length filter"
-    )
-    dropped = len(train) - len(kept)
-    logger.warning(
-        "Length filter: kept %d training pairs, dropped %d longer than %d tokens.", len(kept), dropped, max_length
-    )
-    tokenized["train"] = kept
-    return tokenized, dropped
+
+def prepare_data(
+    recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, output_dir: Path, clock: StartupClock
+) -> PreparedData:
+    """Read the corpus, learn (or load) the tokenizer and tokenize, once: the main process does it first, into the
+    cache, and the other processes then open what it wrote."""
+    cache_dir = Path(recipe.data_cache_dir) if recipe.data_cache_dir else default_cache_dir()
+    limits = {
+        "train": recipe.max_train_examples,
+        "validation": recipe.max_eval_examples,
+        "test": recipe.max_test_examples,
+    }
+    with training_args.main_process_first(desc="reading and tokenizing the corpus"):
+        corpus = load_parallel_corpus(
+            recipe.data,
+            recipe.source_language,
+            recipe.target_language,
+            pattern=recipe.data_pattern,
+            max_examples={split: limit for split, limit in limits.items() if limit},
+            config=recipe.data_config,
+            data_files=recipe.data_files(),
+        )
+        clock.lap(f"reading {len(corpus['train'])} training pairs")
+        tokenizer = prepare_tokenizer(
+            corpus["train"],
+            recipe.vocab_size,
+            recipe.tokenizer_sample,
+            output_dir,
+            cache_dir,
+            tokenizer_path=recipe.tokenizer,
+            resuming=bool(training_args.resume_from_checkpoint),
+            is_main_process=training_args.process_index == 0,
+        )
+        clock.lap("tokenizer")
+        tokenized = tokenize_corpus(
+            corpus, tokenizer, recipe.max_length, cache_dir, num_workers=recipe.preprocessing_num_workers
+        )
+        clock.lap(f"tokenizing ({'built' if tokenized.built else 'opened'} {tokenized.path})")
+    return PreparedData(corpus, tokenizer, tokenized)
+
+
+def recipe_metric(recipe: RecipeArguments) -> TranslationMetric:
+    return TranslationMetric(tokenize=recipe.bleu_tokenize, lowercase=recipe.bleu_lowercase)
 
 
 def recipe_callbacks(recipe: RecipeArguments, output_dir: Path, tokenizer: PreTrainedTokenizerBase) -> list:
@@ -124,98 +142,105 @@ def recipe_callbacks(recipe: RecipeArguments, output_dir: Path, tokenizer: PreTr
     return callbacks
 
 
-def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> dict:
-    """Train, evaluate on the test split with beam search, save `<output_dir>/final`; returns the test scores."""
-    output_dir = Path(training_args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    limits = {
-        "train": recipe.max_train_examples,
-        "validation": recipe.max_eval_examples,
-        "test": recipe.max_test_examples,
-    }
-    corpus = load_parallel_corpus(
-        recipe.data,
-        recipe.source_language,
-        recipe.target_language,
-        pattern=recipe.data_pattern,
-        max_examples={split: limit for split, limit in limits.items() if limit},
-    )
-    tokenizer = prepare_tokenizer(
-        recipe.tokenizer,
-        recipe.vocab_size,
-        corpus["train"],
-        output_dir,
-        resuming=bool(training_args.resume_from_checkpoint),
-    )
-    set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed
-    model = build_model(recipe.model_config, tokenizer, recipe.source_language, recipe.target_language)
-    tokenized, dropped = tokenize_corpus(corpus, tokenizer, recipe.max_length)
-
-    longest_source = max(max(tokenized[split]["source_length"]) for split in ("validation", "test"))
+def build_trainer(
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+    data: PreparedData,
+    model: VanillaTransformerForConditionalGeneration,
+    callbacks: list,
+) -> TokenBudgetSeq2SeqTrainer:
+    """The trainer with the paper's learning rate, and generation that may run to the longest source + 50 tokens."""
+    splits = data.tokenized.splits
+    longest_source = max(int(np.max(splits[split].with_format("numpy")["source_length"])) for split in EVALUATED)
     training_args = replace(
         with_paper_learning_rate(training_args, recipe.lr_scale, model.config.d_model),
         # `max_length` counts the decoder start token too; never the library's silent 20
         generation_max_length=1 + decoding_budget(longest_source, extra=recipe.extra_target_tokens),
     )
-    metric = TranslationMetric(tokenize=recipe.bleu_tokenize, lowercase=recipe.bleu_lowercase)
-    callbacks = recipe_callbacks(recipe, output_dir, tokenizer)
-    trainer = TokenBudgetSeq2SeqTrainer(
+    return TokenBudgetSeq2SeqTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"],
-        eval_dataset=tokenized["validation"],
-        processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=build_compute_metrics(tokenizer, metric),
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        processing_class=data.tokenizer,
+        data_collator=DataCollatorForSeq2Seq(data.tokenizer, model=model),
+        compute_metrics=build_compute_metrics(data.tokenizer, recipe_metric(recipe)),
         callbacks=callbacks,
         max_tokens=recipe.max_tokens,
         measure_source_use=recipe.detect_source_neglect,
     )
-    trained = trainer.train(resume_from_checkpoint=resume_point(training_args.resume_from_checkpoint))
+
+
+def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
+    """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
+    trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
     stopped_at = next(c.stopped_at for c in callbacks if isinstance(c, StopOnSigtermCallback))
     if stopped_at is not None:
         raise TrainingInterrupted(stopped_at, output_dir)
+    return trained
 
+
+def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData, output_dir):
+    """The test split translated with beam search, by the averaged weights when there are some (on every rank)."""
     trainer.accelerator.wait_for_everyone()
-    if recipe.average_last and (output_dir / "averaged").is_dir():  # every rank evaluates the averaged weights
+    if recipe.average_last and (output_dir / "averaged").is_dir():
         averaged = load_model(output_dir / "averaged")
         trainer.model.load_state_dict(averaged.state_dict())
-    test = trainer.predict(
-        tokenized["test"], num_beams=recipe.test_num_beams, max_length=training_args.generation_max_length
+    return trainer.predict(
+        data.tokenized.splits["test"], num_beams=recipe.test_num_beams, max_length=trainer.args.generation_max_length
     )
+
+
+def report(trainer, recipe: RecipeArguments, data: PreparedData, test, scores: dict, output_dir: Path) -> dict:
+    """On the main process: save `final/`, score against the raw references, write the run's files."""
+    trainer.save_model(output_dir / "final")
+    tokenizer = data.tokenizer
+    hypotheses = tokenizer.batch_decode(
+        np.where(test.predictions == -100, tokenizer.pad_token_id, test.predictions), skip_special_tokens=True
+    )
+    hyperparameters = card_hyperparameters(
+        trainer.args,
+        trainer.model,
+        updates=trainer.state.global_step,
+        max_tokens=recipe.max_tokens,
+        checkpoints_averaged=recipe.average_last,
+        data=recipe.data,
+        source_language=recipe.source_language,
+        target_language=recipe.target_language,
+    )
+    return write_test_report(
+        output_dir,
+        trainer.state.log_history,
+        recipe_metric(recipe),
+        data.corpus["test"],
+        hypotheses,
+        scores,
+        hyperparameters,
+        examples=recipe.translate_examples,
+    )
+
+
+def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """Train, evaluate on the test split with beam search, save `<output_dir>/final`; returns the test scores."""
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    clock = StartupClock(training_args.process_index)
+    data = prepare_data(recipe, training_args, output_dir, clock)
+    set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed
+    model = build_model(recipe.model_config, data.tokenizer, recipe.source_language, recipe.target_language)
+    clock.lap("model")
+    callbacks = [*recipe_callbacks(recipe, output_dir, data.tokenizer), FirstUpdateCallback(clock)]
+    trainer = build_trainer(recipe, training_args, data, model, callbacks)
+    trained = train(trainer, callbacks, output_dir)
+    test = translate_test_split(trainer, recipe, data, output_dir)
     scores = {
         **test.metrics,
-        "dropped_training_pairs": dropped,
+        "dropped_training_pairs": data.tokenized.dropped,
         "global_step": trainer.state.global_step,
         "seed": training_args.seed,
         "train_wall_seconds": trained.metrics["train_runtime"],  # this session's training, evaluations included
         "hardware": hardware_description(training_args.world_size),
     }
     if trainer.is_world_process_zero():
-        trainer.save_model(output_dir / "final")
-        hypotheses = tokenizer.batch_decode(
-            np.where(test.predictions == -100, tokenizer.pad_token_id, test.predictions), skip_special_tokens=True
-        )
-        hyperparameters = card_hyperparameters(
-            training_args,
-            model,
-            updates=trainer.state.global_step,
-            max_tokens=recipe.max_tokens,
-            checkpoints_averaged=recipe.average_last,
-            data=recipe.data,
-            source_language=recipe.source_language,
-            target_language=recipe.target_language,
-        )
-        scores.update(
-            write_test_report(
-                output_dir,
-                trainer.state.log_history,
-                metric,
-                corpus["test"],
-                hypotheses,
-                scores,
-                hyperparameters,
-                examples=recipe.translate_examples,
-            )
-        )
+        scores.update(report(trainer, recipe, data, test, scores, output_dir))
     return scores

@@ -4,8 +4,10 @@ leaves as it found it."""
 
 import contextlib
 import copy
+import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 from torch.utils.data import DataLoader
@@ -16,6 +18,8 @@ from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
 
+
+logger = logging.getLogger(__name__)
 
 # Checkpoints are written under this hidden folder of the output directory and renamed into place when complete.
 STAGING_DIR = ".incomplete-checkpoints"
@@ -41,18 +45,32 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
+        start = time.monotonic()
+        lengths = dataset.select_columns(["source_length", "target_length"]).with_format("numpy")
         sampler = TokenBudgetBatchSampler(
-            dataset["source_length"], dataset["target_length"], self.max_tokens, seed=self.args.seed
+            lengths["source_length"],
+            lengths["target_length"],
+            self.max_tokens,
+            seed=self.args.seed,
+            num_shards=self.args.world_size,
         )
-        dataset = self._remove_unused_columns(dataset, description="training")
+        logger.warning(
+            "[rank %d] startup: batches (%d of at most %d tokens from %d pairs) took %.1f s",
+            self.args.process_index,
+            len(sampler),
+            self.max_tokens,
+            len(dataset),
+            time.monotonic() - start,
+        )
         loader = DataLoader(
-            dataset,
+            dataset.select_columns(["input_ids", "labels"]),  # what the collator pads; lengths only batch
             batch_sampler=sampler,
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
         )
-        # Accelerate shards the batches across processes: each rank gets every n-th batch.
+        # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
+        # number a multiple of the process count, so none is repeated to even them out).
         return self.accelerator.prepare(loader)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -69,6 +87,10 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.label_smoother = smoother
 
     def evaluation_loop(self, dataloader, description, *args, metric_key_prefix: str = "eval", **kwargs):
+        # Seq2SeqTrainer gathers generated ids with `gather`, which keeps the pairs Accelerate repeats so that every
+        # process gets a full last batch: with 2 processes, 9 test sentences came back as 16 translations. Our
+        # evaluation sets have a length, so `gather_for_metrics` drops exactly those repeats.
+        self.gather_function = self.accelerator.gather_for_metrics
         output = super().evaluation_loop(dataloader, description, *args, metric_key_prefix=metric_key_prefix, **kwargs)
         if self.measure_source_use:
             # Two teacher-forced passes over the evaluation batches: cheap next to the generation above.

@@ -78,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("output_dir")
     parser.add_argument("--max-steps", type=int, default=12)
+    parser.add_argument("--epochs", type=int, help="train whole epochs instead of --max-steps updates")
     parser.add_argument("--save-steps", type=int, default=4)
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--terminate-at", type=int)
@@ -100,7 +101,8 @@ def main() -> None:
     model = VanillaTransformerForConditionalGeneration(config)
     args = Seq2SeqTrainingArguments(
         output_dir=options.output_dir,
-        max_steps=options.max_steps,
+        max_steps=-1 if options.epochs else options.max_steps,
+        num_train_epochs=options.epochs or 3,
         save_steps=options.save_steps,
         save_strategy="steps",
         learning_rate=3e-3,
@@ -142,6 +144,7 @@ def main() -> None:
         json.dumps(
             {
                 "batches": RecordingCollator.seen,
+                "dataset": list(synthetic_pairs()["input_ids"]),
                 "weights": digest.hexdigest(),
                 "step": trainer.state.global_step,
                 "stopped_by_sigterm_at": stop_on_sigterm.stopped_at,

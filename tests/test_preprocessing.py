@@ -1,0 +1,144 @@
+"""The corpus tokenized once into an on-disk cache, the BPE learnt from a sample, and token-budget batches split
+between processes: each against the tokenizer itself, a plain reference loop, or Accelerate's own sharding."""
+
+import json
+import os
+
+import datasets
+import numpy as np
+import pytest
+from accelerate.data_loader import BatchSamplerShard
+
+from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.training import TokenBudgetBatchSampler, preprocessing
+from hf_vanilla.training.preprocessing import prepare_tokenizer, sample_sentences, tokenize_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 100, "test": 100})
+
+
+def test_tokenized_cache_holds_the_tokenizers_ids_in_16_bits_and_drops_only_long_training_pairs(
+    corpus, small_tokenizer, tmp_path
+):
+    tokenized = tokenize_corpus(corpus, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1)
+    assert tokenized.built and tokenized.path.parent == tmp_path / "tokenized"
+    train = tokenized.splits["train"]
+    assert str(train.features["input_ids"].feature.dtype) == "uint16"  # a 400-entry vocabulary
+    reference = small_tokenizer(list(corpus["train"]["source"]), text_target=list(corpus["train"]["target"]))
+    kept = [
+        (source, target)
+        for source, target in zip(reference["input_ids"], reference["labels"], strict=True)
+        if len(source) <= 30 and len(target) <= 30
+    ]
+    assert 0 < tokenized.dropped == 3000 - len(kept) == 3000 - len(train)
+    assert train["input_ids"] == [source for source, _ in kept] and train["labels"] == [target for _, target in kept]
+    assert train["source_length"] == [len(source) for source, _ in kept]
+    assert train["target_length"] == [len(target) for _, target in kept]
+    test = tokenized.splits["test"]  # evaluation pairs are never dropped, however long
+    assert (
+        len(test) == 100 and test["labels"] == small_tokenizer(text_target=list(corpus["test"]["target"]))["input_ids"]
+    )
+
+
+def test_a_second_run_opens_the_cache_and_a_change_of_limit_or_data_builds_another(corpus, small_tokenizer, tmp_path):
+    first = tokenize_corpus(corpus, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1)
+    again = tokenize_corpus(corpus, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1)
+    assert not again.built and again.path == first.path and again.dropped == first.dropped
+    assert again.splits["train"]["labels"] == first.splits["train"]["labels"]
+    other_limit = tokenize_corpus(corpus, small_tokenizer, max_length=200, cache_dir=tmp_path, num_workers=1)
+    assert other_limit.built and other_limit.path != first.path and other_limit.dropped == 0
+    fewer = datasets.DatasetDict({**corpus, "train": corpus["train"].select(range(100))})
+    assert tokenize_corpus(fewer, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1).built
+    assert not list(tmp_path.glob("tokenized/*incomplete*")), "nothing half-written is left behind"
+
+
+def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer, tmp_path, monkeypatch):
+    one = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path / "one", num_workers=1)
+    monkeypatch.setattr(preprocessing, "MIN_PAIRS_PER_WORKER", 1000)  # so that 3000 pairs take both workers
+    encode_pairs, pids = preprocessing.encode_pairs, tmp_path / "pids"
+
+    def encode_and_record_the_process(*args, **kwargs):
+        with open(pids, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return encode_pairs(*args, **kwargs)
+
+    monkeypatch.setattr(preprocessing, "encode_pairs", encode_and_record_the_process)
+    two = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path / "two", num_workers=2)
+    assert len(set(pids.read_text().split()) - {str(os.getpid())}) == 2, "the training split took two processes"
+    assert two.splits["train"].to_dict() == one.splits["train"].to_dict()
+
+
+def test_bpe_learns_from_a_sample_once_and_later_runs_reuse_it(corpus, tmp_path, monkeypatch):
+    sentences = [s for batch in sample_sentences(corpus["train"], 1000) for s in batch]
+    assert 800 < len(sentences) < 1200  # about the sample asked for, both sides of each drawn pair
+    everything = set(corpus["train"]["source"]) | set(corpus["train"]["target"])
+    assert set(sentences) <= everything
+    assert len([s for batch in sample_sentences(corpus["train"], 10**9) for s in batch]) == 6000
+
+    first = prepare_tokenizer(corpus["train"], 500, 2000, tmp_path / "run1", tmp_path / "cache")
+    assert (tmp_path / "run1" / "tokenizer" / "tokenizer.json").is_file()
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("the cached tokenizer should have been reused")
+
+    monkeypatch.setattr(preprocessing, "train_bpe_tokenizer", must_not_train)
+    second = prepare_tokenizer(corpus["train"], 500, 2000, tmp_path / "run2", tmp_path / "cache")
+    assert second.backend_tokenizer.to_str() == first.backend_tokenizer.to_str()
+
+
+# Token-budget batches
+
+
+def greedy_reference(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> list[list[int]]:
+    """fairseq's packing, one pair at a time: the definition the vectorised sampler must reproduce."""
+    batches, batch, longest = [], [], 0
+    for index in order.tolist():
+        if batch and max(longest, lengths[index]) * (len(batch) + 1) > max_tokens:
+            batches.append(batch)
+            batch, longest = [], 0
+        batch.append(index)
+        longest = max(longest, int(lengths[index]))
+    return [*batches, batch]
+
+
+def test_vectorised_packing_equals_the_one_pair_at_a_time_loop():
+    rng = np.random.default_rng(1)
+    sources, targets = rng.integers(1, 120, 20_000), rng.integers(1, 130, 20_000)
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=1000, seed=4, shuffle=False)
+    lengths = np.maximum(sources, targets)
+    order = np.random.default_rng(4).permutation(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    assert list(sampler) == greedy_reference(lengths, order, 1000)
+
+
+@pytest.mark.parametrize("processes", [2, 3, 8])
+def test_batches_split_between_processes_see_every_pair_once(processes):
+    rng = np.random.default_rng(processes)
+    sources, targets = rng.integers(1, 60, 1001), rng.integers(1, 60, 1001)
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=256, seed=2, num_shards=processes)
+    assert len(sampler) % processes == 0
+    lengths = np.maximum(sources, targets)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        # Accelerate's own sharding, as `accelerator.prepare` applies it to the training loader
+        per_rank = [list(BatchSamplerShard(sampler, processes, rank)) for rank in range(processes)]
+        assert len({len(batches) for batches in per_rank}) == 1, "every process makes the same number of steps"
+        seen = sorted(i for batches in per_rank for batch in batches for i in batch)
+        assert seen == list(range(1001)), "no pair twice, none lost"
+        assert all(len(b) * lengths[b].max() <= 256 for batches in per_rank for b in batches)
+
+
+def test_more_processes_than_pairs_can_fill_is_a_clear_error():
+    with pytest.raises(ValueError, match="too few training pairs for this many processes"):
+        TokenBudgetBatchSampler([5], [5], max_tokens=64, num_shards=2)
+
+
+def test_forty_million_pairs_are_batched_as_arrays(monkeypatch):
+    # The memory the sampler keeps: one int32 index per pair and one int64 bound per batch, no Python lists.
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 80, 400_000).astype(np.int32)
+    sampler = TokenBudgetBatchSampler(lengths, lengths, max_tokens=4096, seed=0)
+    assert sampler.order.dtype == np.int32 and sampler.order.nbytes == 4 * 400_000
+    assert sampler.bounds[-1] == 400_000 and json.dumps(sampler.bounds[:3].tolist())
