@@ -15,10 +15,13 @@ Whatever the form, the result is a `DatasetDict` of `source`/`target` string col
 """
 
 import gzip
+import hashlib
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,18 +53,24 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def stream_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a text file (`.gz` decompressed), stripped of surrounding whitespace and line ends (LF or CRLF).
+def decode_lines(handle: BinaryIO, name: str, errors: str = "strict", fix: str = "") -> Iterator[str]:
+    """The lines of a binary stream as text, without their line ends (LF or CRLF). With `errors="strict"`, invalid
+    UTF-8 raises `ValueError` naming the file and line (and `fix`), rather than decoding into replacement
+    characters; `errors="replace"` puts U+FFFD in place of the bad bytes."""
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8", errors=errors).rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            hint = f"; {fix}" if fix else ""
+            raise ValueError(f"{name}: line {number} is not valid UTF-8 ({error.reason}){hint}.") from error
 
-    Invalid UTF-8 raises `ValueError` naming the file and line, rather than decoding into replacement characters.
-    """
+
+def stream_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a text file (`.gz` decompressed), stripped of surrounding whitespace, as `decode_lines` reads
+    them (invalid UTF-8 is an error naming the file and line)."""
     path = Path(path)
     with _open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield raw.decode("utf-8").strip()
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}: line {number} is not valid UTF-8 ({error.reason}).") from error
+        yield from (line.strip() for line in decode_lines(handle, str(path)))
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -79,6 +88,20 @@ def _file_stamp(path: Path) -> tuple[str, int, int]:
     """What identifies a file's content for the `datasets` cache: path, size and modification time."""
     stat = path.stat()
     return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _load_local(path: Path, *args, **kwargs):
+    """`datasets.load_dataset(*args)` over the local `path` (a file or a repository folder), cached under a key of
+    the files' paths, sizes and modification times. The library's own key for a local repository with a README
+    `configs:` section leaves the files out: a second folder of the same name (another copy of `wmt14`, say) was served
+    the first one's cached rows."""
+    import datasets
+
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    stamps = [_file_stamp(file) for file in files if file.is_file()]
+    key = hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:24]
+    cache_dir = Path(datasets.config.HF_DATASETS_CACHE) / "hf_vanilla" / "local" / key
+    return datasets.load_dataset(*args, cache_dir=str(cache_dir), **kwargs)
 
 
 def aligned_text_pairs(source_path: str, target_path: str, stamps: tuple) -> Iterator[dict[str, str]]:
@@ -248,7 +271,6 @@ def _dataset_files(folder: Path) -> bool:
 
 def _named_files(data_files: dict[str, str], splits) -> dict:
     """One file per split, each read by its suffix (TSV pairs, or a `datasets` builder)."""
-    import datasets
 
     corpus = {}
     for split in splits:
@@ -262,7 +284,7 @@ def _named_files(data_files: dict[str, str], splits) -> dict:
         if suffix == ".tsv":
             corpus[split] = _tsv_file(path, split)
         elif suffix in DATASET_FILE_BUILDERS:
-            loaded = datasets.load_dataset(DATASET_FILE_BUILDERS[suffix], data_files={split: str(path)})
+            loaded = _load_local(path, DATASET_FILE_BUILDERS[suffix], data_files={split: str(path)})
             corpus[split] = loaded[split]
         else:
             raise ValueError(
@@ -284,7 +306,7 @@ def _folder(folder: Path, source_language: str, target_language: str, splits, pa
     if find_split_file(folder, "train", "tsv", "{split}.{lang}"):
         return _tsv_folder(folder, splits)
     if (folder / "README.md").is_file() or _dataset_files(folder):
-        return _pick_splits(datasets.load_dataset(str(folder), config), splits, str(folder))
+        return _pick_splits(_load_local(folder, str(folder), config), splits, str(folder))
     raise FileNotFoundError(
         f"No parallel data in {folder}: looked for dataset_dict.json, "
         f"{text_form.format(split='train', lang=source_language)}[.gz], train.tsv[.gz], a dataset README.md and "

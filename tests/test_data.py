@@ -183,27 +183,16 @@ def test_save_to_disk_folder_with_split_aliases(tmp_path):
     assert_corpus(load_parallel_corpus(tmp_path / "saved", "en", "de"))
 
 
-WMT14_README = """---
-configs:
-- config_name: de-en
-  data_files:
-  - split: train
-    path: de-en/train-*
-  - split: validation
-    path: de-en/validation-*
-  - split: test
-    path: de-en/test-*
-- config_name: fr-en
-  data_files:
-  - split: train
-    path: fr-en/train-*
-  - split: validation
-    path: fr-en/validation-*
-  - split: test
-    path: fr-en/test-*
----
-# A local look-alike of the wmt14 dataset repository
-"""
+# wmt14's README declares one config per language pair, each with its parquet shards per split.
+WMT14_README = (
+    "---\nconfigs:\n"
+    + "".join(
+        f"- config_name: {pair}\n  data_files:\n"
+        + "".join(f"  - split: {split}\n    path: {pair}/{split}-*\n" for split in SPLIT_PAIRS)
+        for pair in ("de-en", "fr-en")
+    )
+    + "---\n# A local look-alike of the wmt14 dataset repository\n"
+)
 
 
 def make_wmt14_like(folder, pairs: dict | None = None) -> None:
@@ -227,6 +216,14 @@ def test_local_dataset_repository_laid_out_as_wmt14_with_a_config_name(tmp_path)
     assert_corpus(load_parallel_corpus(tmp_path / "wmt14", "en", "de", config="de-en"))
     with pytest.raises(ValueError, match=r"holds \['en', 'fr'\], not both 'en' and 'de'"):
         load_parallel_corpus(tmp_path / "wmt14", "en", "de", config="fr-en")
+
+
+def test_two_repositories_of_the_same_name_never_share_a_cache(tmp_path):
+    make_wmt14_like(tmp_path / "a" / "wmt14")
+    more = {split: rows * 3 for split, rows in SPLIT_PAIRS.items()}
+    make_wmt14_like(tmp_path / "b" / "wmt14", more)
+    assert len(load_parallel_corpus(tmp_path / "a" / "wmt14", "en", "de", config="de-en")["train"]) == 3
+    assert len(load_parallel_corpus(tmp_path / "b" / "wmt14", "en", "de", config="de-en")["train"]) == 9
 
 
 def test_limits_keep_the_first_pairs(tmp_path):

@@ -1,0 +1,284 @@
+"""What the data path costs as the corpus grows to the paper's size, on this machine, through the real command.
+
+For each corpus size it writes a synthetic corpus of real text (two random Multi30k training pairs joined into one,
+~24 words a side; validation and test are Multi30k's own), then runs `hf-vanilla train --config configs/quickstart.yaml
+--data DIR` for a few updates and measures:
+- cold start: wall time from launch to the first update, and each stage the run logs on the way (reading, BPE on a
+  sample, tokenizing, batches, model, first update), with empty caches;
+- a restart (`--resume_from_checkpoint last`) and a second run with the same data: wall time to their first update;
+- peak resident memory (the kernel's VmHWM, and the largest anonymous part seen) of each rank process and of the
+  tokenizing workers, with 1 process and with 2 (`accelerate launch`, CPU, gloo), and which rank built the cache;
+- the caches' size on disk (raw Arrow table, tokenizer, tokenized corpus).
+
+    python benchmarks/scale.py --sizes 30000 450000 4500000 --work /tmp/scale \\
+        --json docs/results/scale-cpu.json --plot docs/scale_cpu.png
+
+Corpora and caches live under --work (several GB at 4.5M pairs; never in the repository). Run it with nothing else on
+the machine: it measures wall time.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from hf_vanilla.data import BUNDLED_CORPORA, read_lines
+from hf_vanilla.training.report import hardware_description
+
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE = re.compile(r"\[rank (\d+)\] startup: (.+?) took ([\d.]+) s")
+TRAINING = ["--config", "configs/quickstart.yaml", "--max_eval_examples", "16", "--max_test_examples", "16"]
+TRAINING += ["--average_last", "0", "--report_to", "none", "--max_train_minutes", "60", "--disable_tqdm", "true"]
+
+
+def write_corpus(folder: Path, pairs: int, seed: int = 0) -> None:
+    """`train.{en,de}`: `pairs` lines, each two random Multi30k training pairs joined; `val`/`test2016` copied."""
+    multi30k, _ = BUNDLED_CORPORA["multi30k"]
+    if (folder / "done").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    english = np.array(read_lines(multi30k / "train.en.gz"), dtype=object)
+    german = np.array(read_lines(multi30k / "train.de.gz"), dtype=object)
+    rng = np.random.default_rng(seed)
+    with open(folder / "train.en", "w") as en, open(folder / "train.de", "w") as de:
+        for start in range(0, pairs, 100_000):
+            first, second = (rng.integers(0, len(english), min(100_000, pairs - start)) for _ in range(2))
+            en.write("".join(f"{a} {b}\n" for a, b in zip(english[first], english[second], strict=True)))
+            de.write("".join(f"{a} {b}\n" for a, b in zip(german[first], german[second], strict=True)))
+    for split in ("val", "test2016"):
+        for language in ("en", "de"):
+            shutil.copy(multi30k / f"{split}.{language}.gz", folder / f"{split}.{language}.gz")
+    (folder / "done").touch()
+
+
+def _status(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as handle:
+        fields = dict(line.split(":", 1) for line in handle)
+    return {name: int(fields[name].split()[0]) * 1024 for name in ("VmHWM", "RssAnon", "RssFile")}
+
+
+def _roles(root: psutil.Process) -> dict[int, str]:
+    """pid -> "rank N" for the training processes, "workers of rank N" for the processes they fork."""
+    processes = [root, *root.children(recursive=True)]
+    ranks = {}
+    for process in processes:
+        try:
+            command = " ".join(process.cmdline())
+            environment = process.environ()
+        except psutil.Error:
+            continue
+        if "hf_vanilla" in command and "train" in command and "accelerate" not in command:
+            ranks[process.pid] = int(environment.get("RANK", 0))
+    roles = {}
+    for process in processes:
+        if process.pid not in ranks:
+            continue
+        try:
+            parent = process.ppid()
+        except psutil.Error:
+            continue
+        roles[process.pid] = f"workers of rank {ranks[parent]}" if parent in ranks else f"rank {ranks[process.pid]}"
+    return roles
+
+
+class MemoryLimit:
+    """A cgroup (v1 memory controller) capping a command and its children at `gib` GiB, page cache included: a run
+    that completes inside it fits that memory, whatever part of its RSS is reclaimable memory-mapped file pages."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+
+    def __init__(self, gib: float):
+        self.folder = self.ROOT / f"hf-vanilla-scale-{os.getpid()}"
+        self.folder.mkdir()
+        (self.folder / "memory.limit_in_bytes").write_text(str(int(gib * 2**30)))
+        self.gib = gib
+
+    def enter(self) -> None:  # in the child, before exec
+        (self.folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def report(self) -> dict:
+        oom = dict(line.split() for line in (self.folder / "memory.oom_control").read_text().splitlines())
+        max_usage = int((self.folder / "memory.max_usage_in_bytes").read_text())
+        return {
+            "limit_gib": self.gib,
+            "max_usage_mib": round(max_usage / 2**20),
+            "oom_kills": int(oom.get("oom_kill", 0)),
+        }
+
+    def remove(self) -> None:
+        self.folder.rmdir()
+
+
+def run_and_watch(
+    command: list[str], env: dict, log: Path, until_first_update: bool = False, limit: MemoryLimit | None = None
+) -> dict:
+    """Run `command`, sampling every process's memory, until it exits (or its first update, then stop it)."""
+    start = time.monotonic()
+    peaks: dict[str, dict[str, int]] = {}
+    first_update, at_first_update = None, {}
+    with open(log, "w") as output:
+        preexec = limit.enter if limit else None
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, preexec_fn=preexec
+        )
+        root = psutil.Process(process.pid)
+        while process.poll() is None:
+            for pid, role in _roles(root).items():
+                try:
+                    status = _status(pid)
+                except OSError:
+                    continue
+                peak = peaks.setdefault(role, {"VmHWM": 0, "RssAnon": 0, "processes": set()})
+                peak["VmHWM"] = max(peak["VmHWM"], status["VmHWM"])
+                peak["RssAnon"] = max(peak["RssAnon"], status["RssAnon"])
+                peak["processes"].add(pid)
+            if first_update is None and "startup: first update" in log.read_text(errors="replace"):
+                first_update = time.monotonic() - start
+                at_first_update = {role: dict(peak) for role, peak in peaks.items()}
+                if until_first_update:  # measured: stop the whole tree (a launcher turns SIGTERM into an error)
+                    for child in [*root.children(recursive=True), root]:
+                        child.kill()
+            time.sleep(0.2)
+    text = log.read_text(errors="replace")
+    if (process.returncode != 0 and not until_first_update) or first_update is None:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}); see {log}:\n{text[-3000:]}")
+    stages: dict[str, dict[str, float]] = {}
+    for rank, stage, seconds in STAGE.findall(text):
+        name = re.sub(r"^reading \d+ training pairs", "reading", stage.split(" (")[0])
+        stages.setdefault(f"rank {rank}", {})[name] = float(seconds)
+    return {
+        **({"memory_limit": limit.report()} if limit else {}),
+        "wall_to_first_update_s": round(first_update, 1),
+        "wall_s": round(time.monotonic() - start, 1),
+        "stages_s": stages,
+        "built_cache": [rank for rank, stage, _ in STAGE.findall(text) if stage.startswith("tokenizing (built")],
+        "opened_cache": [rank for rank, stage, _ in STAGE.findall(text) if stage.startswith("tokenizing (opened")],
+        # up to the first update: the data path and the model (what grows with the corpus, if anything)
+        "peak_rss_mib": {role: round(peak["VmHWM"] / 2**20) for role, peak in sorted(at_first_update.items())},
+        "peak_anonymous_mib": {role: round(peak["RssAnon"] / 2**20) for role, peak in sorted(at_first_update.items())},
+        # the whole run, the final test translation (beam search) included
+        "peak_rss_whole_run_mib": {role: round(peak["VmHWM"] / 2**20) for role, peak in sorted(peaks.items())},
+        "worker_processes": {role: len(peak["processes"]) for role, peak in peaks.items() if "workers" in role},
+    }
+
+
+def folder_size_mib(folder: Path) -> float:
+    return round(sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / 2**20, 1)
+
+
+def train_command(processes: int, data: Path, output: Path, cache: Path, *extra: str) -> list[str]:
+    options = [*TRAINING, "--data", str(data), "--output_dir", str(output), "--data_cache_dir", str(cache), *extra]
+    if processes == 1:
+        return [sys.executable, "-m", "hf_vanilla", "train", *options]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate_cpu.yaml"]
+    return [*launcher, "--num_processes", str(processes), "-m", "hf_vanilla", "train", *options, "--use_cpu", "true"]
+
+
+def measure(size: int, processes: int, work: Path, restarts: bool, memory_limit_gib: float | None = None) -> dict:
+    data = work / f"corpus-{size}"
+    write_corpus(data, size)
+    run = work / f"run-{size}-{processes}p"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    env = {**os.environ, "HF_DATASETS_CACHE": str(run / "hf-datasets-cache"), "PYTHONUNBUFFERED": "1"}
+    if processes > 1:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+    cache = run / "hf-vanilla-cache"
+    steps = ["--max_steps", "3", "--save_steps", "3"]
+    result = {"pairs": size, "processes": processes}
+    limit = MemoryLimit(memory_limit_gib * processes) if memory_limit_gib else None
+    cold = train_command(processes, data, run / "out", cache, *steps)
+    try:
+        result["cold"] = run_and_watch(cold, env, run / "cold.log", limit=limit)
+    finally:
+        if limit:
+            limit.remove()
+    result["cache_mib"] = {
+        "raw_arrow": folder_size_mib(run / "hf-datasets-cache"),
+        "tokenizer": folder_size_mib(cache / "tokenizers"),
+        "tokenized": folder_size_mib(cache / "tokenized"),
+    }
+    if restarts:
+        resume = train_command(
+            processes, data, run / "out", cache, "--max_steps", "4", "--resume_from_checkpoint", "last"
+        )
+        result["restart"] = run_and_watch(resume, env, run / "restart.log", until_first_update=True)
+        second = train_command(processes, data, run / "out-2", cache, *steps)
+        result["second_run"] = run_and_watch(second, env, run / "second.log", until_first_update=True)
+    shutil.rmtree(run, ignore_errors=True)
+    return result
+
+
+def plot(results: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 4))
+    time_axes, memory_axes = figure.subplots(1, 2)
+    for processes in sorted({r["processes"] for r in results}):
+        rows = sorted((r for r in results if r["processes"] == processes), key=lambda r: r["pairs"])
+        sizes = [r["pairs"] for r in rows]
+        time_axes.plot(sizes, [r["cold"]["wall_to_first_update_s"] for r in rows], "o-", label=f"cold, {processes}p")
+        restarted = [r for r in rows if "restart" in r]
+        if restarted:
+            restart_times = [r["restart"]["wall_to_first_update_s"] for r in restarted]
+            time_axes.plot([r["pairs"] for r in restarted], restart_times, "s--", label=f"restart, {processes}p")
+        for rank in range(processes):
+            for key, style, what in (("peak_anonymous_mib", "o-", "anonymous"), ("peak_rss_mib", "o--", "RSS")):
+                peaks = [r["cold"][key].get(f"rank {rank}", np.nan) / 1024 for r in rows]
+                memory_axes.plot(sizes, peaks, style, label=f"rank {rank} of {processes}, {what}")
+    time_axes.axhline(360, color="grey", lw=0.8)
+    time_axes.axhline(30, color="grey", lw=0.8)
+    memory_axes.axhline(2, color="grey", lw=0.8)
+    time_axes.set(xscale="log", yscale="log", xlabel="training pairs", ylabel="seconds to the first update")
+    memory_axes.set(
+        xscale="log", xlabel="training pairs", ylabel="peak per process, to the first update (GiB)", ylim=(0, None)
+    )
+    time_axes.legend(fontsize=8)
+    memory_axes.legend(fontsize=8)
+    figure.suptitle("hf-vanilla train, quickstart recipe, synthetic Multi30k-text corpora, 2-core CPU")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[30_000, 450_000, 4_500_000], help="none: only plot")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--no-restarts-above", type=int, default=None, help="skip restarts for larger corpora")
+    parser.add_argument(
+        "--memory-limit-gib", type=float, help="run the cold start in a cgroup of this much memory per process"
+    )
+    parser.add_argument("--work", type=Path, default=Path("/tmp/hf-vanilla-scale"))
+    parser.add_argument("--json", type=Path, help="write the results here (appending to what is there)")
+    parser.add_argument("--plot", type=Path, help="plot every result of --json here")
+    args = parser.parse_args()
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(args.json.read_text())["results"] if args.json and args.json.exists() else []
+    results = []
+    for size in args.sizes:
+        for processes in args.processes:
+            restarts = args.no_restarts_above is None or size <= args.no_restarts_above
+            result = measure(size, processes, args.work, restarts, args.memory_limit_gib)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    kept = [r for r in previous if (r["pairs"], r["processes"]) not in {(n["pairs"], n["processes"]) for n in results}]
+    everything = sorted(kept + results, key=lambda r: (r["pairs"], r["processes"]))
+    if args.json:
+        machine = {"hardware": hardware_description(1), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+        args.json.write_text(json.dumps({"machine": machine, "results": everything}, indent=1) + "\n")
+    if args.plot:
+        plot(everything, args.plot)
+
+
+if __name__ == "__main__":
+    main()
