@@ -3,8 +3,8 @@
 Exports a trained hf_vanilla folder to CTranslate2 in float32, int8 and int8_float32 and to ONNX (run by ONNX
 Runtime under `generate()`), translates the test set with each and with PyTorch `generate()`, and reports sacreBLEU,
 sentences per second and how many translations equal PyTorch's, alternating engines over `--repeats` passes in one
-process. Same decoding everywhere: beam `--beam`, length penalty `--length-penalty`, at most source length + 50
-new tokens.
+process, each through the batching of `hf-vanilla translate` (`inference.translate_stream`). Same decoding
+everywhere: beam `--beam`, length penalty `--length-penalty`, at most source length + 50 new tokens.
 
     python -m benchmarks.quantization runs/quickstart_s1/averaged --json docs/results/ct2-quantization.json
 """
@@ -19,42 +19,19 @@ from pathlib import Path
 import torch
 
 from hf_vanilla.data import load_parallel_corpus
-from hf_vanilla.inference import translate_lines
+from hf_vanilla.inference import CTranslate2Translator, GenerateTranslator, translate_stream
 from hf_vanilla.interop.ctranslate2 import export_ctranslate2
 from hf_vanilla.interop.onnx import OnnxVanillaForConditionalGeneration, export_onnx
 from hf_vanilla.loading import load_model
-from hf_vanilla.pipeline_vanilla import EXTRA_TARGET_TOKENS
 from hf_vanilla.training.metrics import TranslationMetric
 
 from .benchmark import CT2_QUANTIZATIONS
 
 
-def ctranslate2_translate(folder: str, tokenizer, lines: list[str], beam: int, length_penalty: float, batch: int):
-    """A function translating `lines` with the CTranslate2 model in `folder`, batched by length like
-    `translate_lines`, each batch allowed its longest source + 50 new tokens."""
-    import ctranslate2
-
-    translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads())
-    encoded = tokenizer(lines)["input_ids"]
-    order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
-
-    def run() -> list[str]:
-        outputs = [""] * len(lines)
-        for start in range(0, len(order), batch):
-            indices = order[start : start + batch]
-            sources = [tokenizer.convert_ids_to_tokens(encoded[i]) for i in indices]
-            results = translator.translate_batch(
-                sources,
-                beam_size=beam,
-                length_penalty=length_penalty,
-                max_decoding_length=max(len(encoded[i]) for i in indices) + EXTRA_TARGET_TOKENS,
-            )
-            for index, result in zip(indices, results, strict=True):
-                ids = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
-                outputs[index] = tokenizer.decode(ids, skip_special_tokens=True)
-        return outputs
-
-    return run
+def stream_translate(translate, tokenizer, lines: list[str], max_tokens: int, batch_size: int):
+    """A function translating `lines` as `hf-vanilla translate` does (buffers sorted by length into token-budget
+    batches), returning the first candidate of each."""
+    return lambda: [c[0] for c in translate_stream(translate, tokenizer, lines, 2000, max_tokens, batch_size)]
 
 
 def main() -> None:
@@ -66,7 +43,10 @@ def main() -> None:
     parser.add_argument("--target-language", default="de")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=128, help="sentences a batch, at most")
+    parser.add_argument(
+        "--max-tokens", type=int, default=4000, help="source tokens a batch (the command's CPU default)"
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args()
@@ -78,24 +58,20 @@ def main() -> None:
     model, tokenizer = load_model(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
     decoding = {"num_beams": args.beam, "length_penalty": args.length_penalty}
 
-    def generate_translate(generator):
-        return lambda: [
-            c[0] for c in translate_lines(generator, tokenizer, sources, args.batch_size, progress=False, **decoding)
-        ]
+    def engine(translate):
+        return stream_translate(translate, tokenizer, sources, args.max_tokens, args.batch_size)
 
-    engines = {"pytorch": generate_translate(model)}
+    engines = {"pytorch": engine(GenerateTranslator(model, tokenizer, **decoding))}
     with tempfile.TemporaryDirectory() as scratch:
         export_onnx(model, tokenizer, Path(scratch) / "onnx")
         onnx_model = OnnxVanillaForConditionalGeneration.from_pretrained(
             Path(scratch) / "onnx", num_threads=torch.get_num_threads()
         )
-        engines["onnxruntime float32"] = generate_translate(onnx_model)
+        engines["onnxruntime float32"] = engine(GenerateTranslator(onnx_model, tokenizer, **decoding))
         for quantization in CT2_QUANTIZATIONS:
             export = str(Path(scratch) / quantization)
             export_ctranslate2(model, tokenizer, export, quantization=quantization)
-            engines[f"ctranslate2 {quantization}"] = ctranslate2_translate(
-                export, tokenizer, sources, args.beam, args.length_penalty, args.batch_size
-            )
+            engines[f"ctranslate2 {quantization}"] = engine(CTranslate2Translator(export, tokenizer, **decoding))
         seconds = {name: [] for name in engines}
         translations = {}
         for _ in range(args.repeats):  # alternating, so drifts of the machine hit every engine alike

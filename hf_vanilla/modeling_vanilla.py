@@ -66,15 +66,17 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None:
-    """Fail early and clearly on ids an embedding cannot look up, instead of a cryptic index error."""
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_values: bool = True) -> None:
+    """Fail early and clearly on ids an embedding cannot look up, instead of a cryptic index error. The range check
+    (`check_values`) reads the ids on the host: on a GPU that waits for the device, so it runs where ids come in (the
+    source, a decoder's first step, teacher forcing), not at every cached decoding step, whose ids the model chose."""
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise TypeError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}; cast with `.long()`.")
     if input_ids.dim() != 2:
         raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}.")
     if input_ids.numel() == 0:
         raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}); pass at least one token per row.")
-    if is_torchdynamo_compiling():
+    if is_torchdynamo_compiling() or not check_values:
         return
     low, high = input_ids.min().item(), input_ids.max().item()
     if low < 0 or high >= vocab_size:
@@ -542,7 +544,8 @@ class VanillaStack(VanillaTransformerPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
         if inputs_embeds is None:
-            check_token_ids(input_ids, self.embed_tokens.num_embeddings, name)
+            first_step = isinstance(past_length, int) and past_length == 0
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings, name, check_values=first_step)
             inputs_embeds = self.embed_tokens(input_ids)
         # Scaling after the branch keeps `inputs_embeds=get_input_embeddings()(ids)` identical to `input_ids=ids`.
         positions = self.embed_positions(past_length, inputs_embeds.shape[1])

@@ -126,6 +126,29 @@ def reversal_model():
     return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
 
 
+@pytest.fixture(scope="session")
+def reversal_exports(reversal_model, tmp_path_factory) -> dict[str, Path]:
+    """The reversal model saved with its tokenizer ("pytorch"), and exported by the commands users run ("onnx",
+    "ctranslate2", float32)."""
+    from hf_vanilla.commands import main
+
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ctranslate2")
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    model, tokenizer = reversal_model
+    folder = tmp_path_factory.mktemp("reversal")
+    model.save_pretrained(folder / "pytorch")
+    tokenizer.save_pretrained(folder / "pytorch")
+    text_tokenizer = AutoTokenizer.from_pretrained(folder / "pytorch")  # reads "t5 t9 </s>" as three tokens
+    text_tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    text_tokenizer.save_pretrained(folder / "pytorch")
+    for engine in ("onnx", "ctranslate2"):
+        main(["export", engine, str(folder / "pytorch"), str(folder / engine)])
+    return {engine: folder / engine for engine in ("pytorch", "onnx", "ctranslate2")}
+
+
 # Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task
 # name (default "translation"); prints JSON.
 REMOTE_PIPELINE = textwrap.dedent(

@@ -1,5 +1,7 @@
 """The KV cache changes speed, never results: cached == uncached, static == dynamic, steps == one forward."""
 
+import sys
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -169,3 +171,38 @@ def test_max_new_tokens_replaces_the_default_length_without_a_warning():
         model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, max_length=8, max_new_tokens=30)
     assert out.shape == (1, 31)  # the start token + 30
     assert captured.out.count("seem to have been set") == 1  # only where the caller really set both
+
+
+HOST_CONVERSIONS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+
+
+def host_syncs_in_our_model(model, inputs, new_tokens: int, monkeypatch, **mode) -> int:
+    """How many times the model's own code reads a tensor on the host (each one waits for a GPU) during a
+    `generate()` of `new_tokens` tokens."""
+    count = 0
+    for name in HOST_CONVERSIONS:
+        original = getattr(torch.Tensor, name)
+
+        def counting(tensor, *args, __original=original, **kwargs):
+            nonlocal count
+            count += sys._getframe(1).f_code.co_filename.endswith("modeling_vanilla.py")
+            return __original(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **mode)
+    monkeypatch.undo()
+    return count
+
+
+@pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam4"])
+def test_no_host_sync_per_decoding_step(model, inputs, monkeypatch, mode):
+    short = host_syncs_in_our_model(model, inputs, 5, monkeypatch, **mode)
+    long = host_syncs_in_our_model(model, inputs, 50, monkeypatch, **mode)
+    assert 0 < short == long, "the id checks run once per call, at the boundary, not at every step"
+
+
+def test_bad_ids_still_get_their_clear_error_at_the_boundary(model, inputs):
+    with pytest.raises(ValueError, match=r"`input_ids` holds ids in \[2, 61\]"):
+        model.generate(input_ids=torch.tensor([[5, 61, EOS]]), max_new_tokens=3)
+    with pytest.raises(ValueError, match="`decoder_input_ids` holds ids"):
+        model.generate(**inputs, decoder_input_ids=torch.full((3, 1), 99), max_new_tokens=3)

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from hf_vanilla.commands import main
-
 from .conftest import EOS, REVERSAL_SOURCES, decode_step_by_step, make_model, padded_batch
 
 
@@ -23,14 +21,9 @@ from hf_vanilla.interop.onnx import (  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def exported(reversal_model, tmp_path_factory):
-    """The reversal model saved with its tokenizer, then exported by the command users run."""
-    model, tokenizer = reversal_model
-    folder = tmp_path_factory.mktemp("onnx")
-    model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
-    main(["export", "onnx", str(folder / "model"), str(folder / "onnx")])
-    return folder / "onnx"
+def exported(reversal_exports):
+    """The reversal model exported by the command users run."""
+    return reversal_exports["onnx"]
 
 
 def reversal_batch():

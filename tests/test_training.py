@@ -320,3 +320,22 @@ def test_neglect_callback_is_quiet_for_a_model_that_uses_its_source_or_recovers(
     with caplog.at_level(logging.WARNING, logger="hf_vanilla.training.callbacks"):
         evaluations(SourceNeglectCallback(), [0.0, 0.0, 0.0, 0.05, 0.8, 0.05, 1.5, 2.0], warmup_steps=350)
     assert not [record for record in caplog.records if "SOURCE NEGLECT" in record.getMessage()]
+
+
+def test_progress_bar_counts_to_the_update_where_the_time_budget_ends(monkeypatch, tmp_path):
+    from hf_vanilla.training import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: now[0])
+    progress = callbacks.TimeBudgetProgressCallback(minutes=10)
+    args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
+    state.max_steps, state.is_world_process_zero = 3000, True
+    progress.on_train_begin(args, state, control)
+    for step in range(1, 101):  # 100 updates in the first minute: the 10 minutes hold 1000, not 3000
+        now[0], state.global_step = step * 0.6, step
+        progress.on_step_end(args, state, control)
+    assert progress.training_bar.total == 1000
+    now[0], state.global_step = 599.4, 999  # near the end of the budget, at that pace
+    progress.on_step_end(args, state, control)
+    assert progress.training_bar.total == 1000 and progress.training_bar.n == 999
+    progress.training_bar.close()

@@ -35,6 +35,7 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
         [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/smoke.yaml", "--output_dir", str(output)]
     )
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
+    assert "pin_memory" not in result.stderr  # PyTorch's warning when memory is pinned without a GPU
 
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["global_step"] == 40 and scores["dropped_training_pairs"] == 0
@@ -208,3 +209,53 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
     run([*command, "--resume_from_checkpoint", "last"])
     assert logged_loss_steps(log) == list(range(1, 31)), "every update is logged exactly once across the two runs"
     assert json.loads((output / "test_scores.json").read_text())["global_step"] == 30
+
+
+@pytest.mark.slow
+def test_the_wmt14_recipe_runs_end_to_end_on_a_local_wmt14_look_alike(tmp_path):
+    from hf_vanilla.data import read_lines
+
+    from .conftest import MULTI30K
+    from .test_data import make_wmt14_like
+
+    english, german = read_lines(MULTI30K / "train.en.gz"), read_lines(MULTI30K / "train.de.gz")
+    pairs = {"train": list(zip(english[:300], german[:300], strict=True))}
+    pairs["validation"], pairs["test"] = pairs["train"][:6], pairs["train"][6:14]
+    make_wmt14_like(tmp_path / "wmt14", pairs)
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(
+        json.dumps(
+            {
+                "model_type": "vanilla_transformer",
+                "d_model": 32,
+                "encoder_layers": 1,
+                "decoder_layers": 1,
+                "encoder_attention_heads": 2,
+                "decoder_attention_heads": 2,
+                "encoder_ffn_dim": 64,
+                "decoder_ffn_dim": 64,
+            }
+        )
+    )
+    output = tmp_path / "run"
+    command = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/wmt14_en_de_base.yaml"]
+    command += [
+        "--data",
+        str(tmp_path / "wmt14"),
+        "--output_dir",
+        str(output),
+        "--data_cache_dir",
+        str(tmp_path / "c"),
+    ]
+    # the recipe as written, made small enough for a CPU test: the model, the vocabulary, the number of updates
+    command += ["--model_config", str(tiny), "--vocab_size", "400", "--max_tokens", "512", "--max_steps", "2"]
+    command += ["--save_steps", "1", "--eval_steps", "2", "--average_last", "2", "--dataloader_num_workers", "0"]
+    command += ["--report_to", "none", "--use_cpu", "true"]
+    result = run(command)
+    scores = json.loads((output / "test_scores.json").read_text())
+    assert scores["global_step"] == 2 and "tok:13a" in scores["bleu_signature"]
+    assert len((output / "test_translations.txt").read_text().splitlines()) == 8  # newstest2014's stand-in
+    assert (output / "averaged" / "model.safetensors").exists()
+    assert "Averaging 2 checkpoints" in result.stderr
+    card = json.loads((output / "final" / "hyperparameters.json").read_text())
+    assert card["max_tokens_per_batch"] == 512 and card["label_smoothing"] == 0.1

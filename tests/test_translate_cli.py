@@ -1,15 +1,17 @@
-"""`translate_lines` and `hf-vanilla translate`: input order kept, batching changes nothing, the plot is drawn."""
+"""`translate_lines` and `hf-vanilla translate`: line i of the output translates line i of the input whatever the
+buffer, budget, blank lines, invalid bytes or engine; batching changes nothing; output comes as buffers finish."""
 
 import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
-from hf_vanilla.inference import translate_lines
+from hf_vanilla.inference import GenerateTranslator, translate_lines, translate_stream
 from hf_vanilla.plotting import plot_cross_attention
 
-from .conftest import make_model
+from .conftest import REVERSAL_SOURCES, make_model
 
 
 LINES = ["Two children play.", "A woman in a red dress sings on a stage in front of many people.", "A dog.", "Hi"]
@@ -46,10 +48,96 @@ def test_length_budget_is_a_times_source_plus_b(saved_model):
     assert 0 < len(produced) <= 2 * source_length + 1 + 2  # re-tokenising decoded bytes may merge differently
 
 
-def test_empty_line_is_an_error(saved_model):
+WITH_BLANKS = ["A dog.", "", "Two children play.", "   ", "Hi", "A woman sings on a stage.", "", "Rain."]
+MODES = {
+    "greedy": dict(num_beams=1),
+    "beam": dict(num_beams=3),
+    "nbest": dict(num_beams=3, num_return_sequences=2),
+    "sample": dict(do_sample=True, num_beams=1, top_k=0),
+}
+
+
+@pytest.mark.parametrize("mode", MODES, ids=list(MODES))
+def test_stream_keeps_lines_aligned_and_equals_translate_lines(saved_model, mode):
     _, model, tokenizer = saved_model
-    with pytest.raises(ValueError, match="line 2"):
-        translate_lines(model, tokenizer, ["A dog.", "", "Hi"], progress=False)
+    options = dict(length_ratio=0.0, length_offset=7, **MODES[mode])
+    torch.manual_seed(0)
+    expected = translate_lines(model, tokenizer, WITH_BLANKS, progress=False, **options)
+    assert [i for i, candidates in enumerate(expected) if not candidates] == [1, 3, 6]  # blank in, blank out
+    translate = GenerateTranslator(model, tokenizer, **options)
+    # Sampling draws from one random stream, so it matches only batch for batch; search matches for any buffer.
+    for buffer_size, max_tokens in [(len(WITH_BLANKS), 10**9)] if mode == "sample" else [(3, 10**9), (2, 12), (1, 1)]:
+        torch.manual_seed(0)
+        streamed = list(translate_stream(translate, tokenizer, iter(WITH_BLANKS), buffer_size, max_tokens, 128))
+        assert streamed == expected, (buffer_size, max_tokens)
+
+
+def test_batches_keep_to_the_token_budget_and_a_long_line_goes_alone(small_tokenizer):
+    lines = [" ".join(["a"] * n) for n in (1, 2, 3, 30, 4, 5, 2, 1)]
+    batches = []
+
+    def record(sources):
+        batches.append([len(ids) for ids in sources])
+        return [[str(len(ids))] for ids in sources]
+
+    out = list(translate_stream(record, small_tokenizer, lines, buffer_size=100, max_tokens=12, max_sentences=3))
+    lengths = [len(ids) for ids in small_tokenizer(lines)["input_ids"]]
+    assert out == [[str(n)] for n in lengths]  # in input order
+    assert max(lengths) > 12 and [max(lengths)] in batches  # over the budget: translated, alone
+    assert all(len(b) <= 3 and (len(b) * max(b) <= 12 or len(b) == 1) for b in batches)
+
+
+def test_a_bad_line_stops_the_stream_after_the_lines_before_it(small_tokenizer):
+    def lines():
+        yield "one"
+        yield "two"
+        raise ValueError("input.txt: line 3 is not valid UTF-8")
+
+    translated = []
+    with pytest.raises(ValueError, match="line 3"):
+        for candidates in translate_stream(lambda s: [["x"]] * len(s), small_tokenizer, lines(), buffer_size=10):
+            translated.append(candidates)
+    assert translated == [["x"], ["x"]]
+
+
+def translate_command(*args: str, stdin: bytes | None = None, env=None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hf_vanilla", *args]
+    return subprocess.run(command, input=stdin, capture_output=True, timeout=300, env=env)
+
+
+def test_cli_invalid_utf8_stops_with_file_and_line_after_writing_what_came_before(saved_model, tmp_path):
+    folder, _, _ = saved_model
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"A dog.\n\nTwo children play.\n\xff\xfe broken\nHi\n")
+    output = tmp_path / "out.txt"
+    options = ["--input", str(source), "--output", str(output), "--beam", "1", "--max-len-a", "0", "--max-len-b", "5"]
+    result = translate_command("translate", str(folder), *options, "--no-progress")
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+    last = result.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith(f"hf-vanilla translate: error: {source}: line 4 is not valid UTF-8")
+    assert b"--errors replace" in result.stderr
+    written = output.read_text().split("\n")[:-1]
+    assert len(written) == 3 and written[1] == "" and written[0] and written[2]  # lines 1-3, blank kept
+    result = translate_command("translate", str(folder), *options, "--no-progress", "--errors", "replace")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(output.read_text().split("\n")[:-1]) == 5
+
+
+def test_cli_writes_each_buffer_as_soon_as_it_is_done(saved_model):
+    folder, _, _ = saved_model
+    command = [sys.executable, "-m", "hf_vanilla", "translate", str(folder), "--buffer-size", "2", "--no-progress"]
+    command += ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        process.stdin.write(b"A dog.\n\n")
+        process.stdin.flush()
+        # the first buffer's two lines come back while the input is still open
+        assert process.stdout.readline().strip() and process.stdout.readline() == b"\n"
+        process.stdin.write(b"Hi\n")
+        process.stdin.close()
+        assert process.stdout.readline().strip() and process.wait(timeout=120) == 0
+    finally:
+        process.kill()
 
 
 def test_cli_reads_stdin_and_draws_attention(saved_model, tmp_path):
@@ -91,3 +179,33 @@ def test_attention_plot_returns_the_translation(saved_model, tmp_path):
     text = plot_cross_attention(model, tokenizer, LINES[0], tmp_path / "a.png", max_new_tokens=6, num_beams=1)
     assert text == translate_lines(model, tokenizer, LINES[:1], length_ratio=0, length_offset=6, num_beams=1)[0][0]
     assert model.config._attn_implementation == "eager"  # restored
+
+
+@pytest.mark.parametrize("decoding", [["--beam", "1"], ["--beam", "4", "--length-penalty", "1.0", "--nbest", "2"]])
+def test_every_engine_gives_the_pytorch_translations_line_for_line(reversal_exports, tmp_path, decoding):
+    from hf_vanilla.commands import main
+
+    lines = [" ".join(f"t{i}" for i in ids) + " </s>" for ids in REVERSAL_SOURCES[:20]]  # trained with EOS
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join([*lines[:5], "", *lines[5:]]) + "\n")
+    outputs = {}
+    for engine, folder in reversal_exports.items():
+        output = tmp_path / f"{engine}.txt"
+        main(["translate", str(folder), "--engine", engine, "--input", str(source), "--output", str(output)])
+        outputs[engine] = output.read_text()
+    expected = outputs["pytorch"].split("\n")
+    assert len(expected) == 22 and expected[5] == "" and expected[0].split("\t")[0] == "t7 t13 t9 t5"
+    assert outputs["onnx"] == outputs["ctranslate2"] == outputs["pytorch"]
+
+
+def test_options_an_engine_cannot_honour_are_refused(reversal_exports, tmp_path):
+    onnx, pytorch = str(reversal_exports["onnx"]), str(reversal_exports["pytorch"])
+    for args, message in [
+        (
+            [onnx, "--engine", "onnx", "--attention-plot", str(tmp_path / "a.png")],
+            "--attention-plot needs the PyTorch",
+        ),
+        ([pytorch, "--compute-type", "int8"], "--compute-type is for --engine ctranslate2"),
+    ]:
+        result = translate_command("translate", *args, stdin=b"t5 t6\n")
+        assert result.returncode == 2 and message in result.stderr.decode(), result.stderr[-2000:]

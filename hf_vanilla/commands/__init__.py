@@ -1,19 +1,28 @@
 """The `hf-vanilla` command line: one module per subcommand, each with `add_arguments(parser)` and `run(args)`.
 
-Every user-facing action of hf_vanilla is a subcommand; `hf-vanilla COMMAND --help` describes each.
+Every user-facing action of hf_vanilla is a subcommand; `hf-vanilla COMMAND --help` describes each. A mistake (a
+missing or wrong-shaped file, a bad option, data or a tokenizer that does not fit) ends the command with one line,
+`hf-vanilla COMMAND: error: what and the fix`, and exit status 2; `hf-vanilla --debug COMMAND ...` (or
+HF_VANILLA_DEBUG=1) shows the traceback instead.
 """
 
 import argparse
 import importlib
+import os
+import sys
 
 
 COMMANDS = ("train", "translate", "average", "convert", "export", "publish", "tokenizer", "benchmark")
+# What a user's mistake raises (bad values, missing files or models, a missing optional dependency), as opposed to a
+# fault of ours, which keeps its traceback.
+USER_ERRORS = (ValueError, OSError, ImportError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vanilla", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or HF_VANILLA_DEBUG=1)")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
@@ -35,4 +44,11 @@ def main(argv: list[str] | None = None) -> None:
     if options and not args.passes_options_through:
         parser.error(f"unrecognized arguments: {' '.join(options)}")
     args.options = options
-    args.run(args)
+    try:
+        args.run(args)
+    except USER_ERRORS as error:
+        if args.debug or os.environ.get("HF_VANILLA_DEBUG", "") not in ("", "0"):
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__  # one line, however the error was written
+        sys.stderr.write(f"hf-vanilla {args.command}: error: {message}\n")
+        sys.exit(2)

@@ -27,7 +27,9 @@ def run(args: argparse.Namespace) -> None:
     if args.run_dir:
         folders += checkpoint_folders(args.run_dir)[-args.last :]
     if not folders:
-        raise SystemExit("error: name checkpoint folders, or --from a training folder that has checkpoints")
+        raise ValueError(
+            "no checkpoints: name checkpoint folders, or --from a training folder that has checkpoint-N in it"
+        )
     average_checkpoints(folders).save_pretrained(args.output)
     try:
         AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(args.output)

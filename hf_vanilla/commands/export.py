@@ -3,7 +3,7 @@
     hf-vanilla export ctranslate2 MODEL OUTPUT [--quantization int8]
     hf-vanilla export onnx MODEL OUTPUT [--opset 18]
 
-Then, with `pip install 'hf-vanilla[export]'`:
+Then `hf-vanilla translate OUTPUT --engine ctranslate2|onnx`, or, with `pip install 'hf-vanilla[export]'`:
     translator = ctranslate2.Translator(OUTPUT, device="cpu")
     tokens = tokenizer.convert_ids_to_tokens(tokenizer("A dog runs.")["input_ids"])
     translator.translate_batch([tokens], beam_size=4, length_penalty=0.6)
@@ -32,9 +32,9 @@ def run(args: argparse.Namespace) -> None:
     from ..loading import load_model
 
     if args.engine == "onnx" and args.quantization:
-        raise SystemExit("--quantization is for ctranslate2; the ONNX export is float32.")
+        raise ValueError("--quantization is for ctranslate2; the ONNX export is float32.")
     if args.engine == "ctranslate2" and args.opset:
-        raise SystemExit("--opset is for onnx.")
+        raise ValueError("--opset is for onnx.")
     model = load_model(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.engine == "onnx":
@@ -45,3 +45,6 @@ def run(args: argparse.Namespace) -> None:
         from ..interop.ctranslate2 import export_ctranslate2
 
         print(export_ctranslate2(model, tokenizer, args.output, quantization=args.quantization, force=args.force))
+        # what `hf-vanilla translate --engine ctranslate2 OUTPUT` needs beside the model: tokens and decoding defaults
+        tokenizer.save_pretrained(args.output)
+        model.generation_config.save_pretrained(args.output)

@@ -3,17 +3,7 @@
 import numpy as np
 from torch.utils.data import Sampler
 
-
-def pack_by_budget(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
-    """Start offsets of the batches (and the end) that greedily fill `max_tokens` along lengths sorted ascending: a
-    batch of n pairs costs n * its last (longest) length. One vectorised step per batch, not per pair."""
-    bounds, start, total = [0], 0, len(sorted_lengths)
-    while start < total:
-        window = sorted_lengths[start : start + max_tokens // int(sorted_lengths[start])]
-        fits = window * np.arange(1, len(window) + 1) <= max_tokens  # True up to the first pair that overflows
-        start += len(window) if fits[-1] else int(np.argmin(fits))
-        bounds.append(start)
-    return np.asarray(bounds, dtype=np.int64)
+from ..batching import pack_by_budget
 
 
 def split_largest_batches(bounds: np.ndarray, count: int) -> np.ndarray:
@@ -56,10 +46,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 "`max_length` so long pairs are filtered out."
             )
         self.seed, self.shuffle, self.epoch = seed, shuffle, 0
-        order = np.random.default_rng(seed).permutation(len(lengths))
-        order = order[np.argsort(lengths[order], kind="stable")]  # by length; ties in seeded random order
-        self.order = order.astype(np.int32 if len(order) < 2**31 else np.int64)
-        self.bounds = pack_by_budget(np.maximum(lengths[order], 1), max_tokens)
+        # By length, ties in seeded random order. Index arrays in 32 bits where they fit: at 40M pairs each copy of
+        # one costs 160 MB, and this is what a process holds for the corpus (4 bytes a pair, 20 while forming).
+        shuffled = np.arange(len(lengths), dtype=np.int32 if len(lengths) < 2**31 else np.int64)
+        np.random.default_rng(seed).shuffle(shuffled)
+        self.order = shuffled[np.argsort(lengths[shuffled], kind="stable")]
+        del shuffled
+        self.bounds = pack_by_budget(np.maximum(lengths[self.order], 1), max_tokens)
         shortfall = -(len(self.bounds) - 1) % num_shards
         if shortfall:
             self.bounds = split_largest_batches(self.bounds, shortfall)

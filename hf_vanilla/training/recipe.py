@@ -19,6 +19,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
+from transformers.trainer_callback import ProgressCallback
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..data import load_parallel_corpus
@@ -34,9 +35,10 @@ from .callbacks import (
     StartupClock,
     StopOnSigtermCallback,
     TimeBudgetCallback,
+    TimeBudgetProgressCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics
-from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus
+from .preprocessing import TokenizedCorpus, default_cache_dir, length_columns, prepare_tokenizer, tokenize_corpus
 from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
 
@@ -96,6 +98,8 @@ def prepare_data(
         "test": recipe.max_test_examples,
     }
     with training_args.main_process_first(desc="reading and tokenizing the corpus"):
+        if training_args.process_index != 0:
+            clock.lap("waiting for the main process to prepare the data")
         corpus = load_parallel_corpus(
             recipe.data,
             recipe.source_language,
@@ -151,11 +155,13 @@ def build_trainer(
 ) -> TokenBudgetSeq2SeqTrainer:
     """The trainer with the paper's learning rate, and generation that may run to the longest source + 50 tokens."""
     splits = data.tokenized.splits
-    longest_source = max(int(np.max(splits[split].with_format("numpy")["source_length"])) for split in EVALUATED)
+    longest_source = max(int(length_columns(splits[split])[0].max()) for split in EVALUATED)
     training_args = replace(
         with_paper_learning_rate(training_args, recipe.lr_scale, model.config.d_model),
         # `max_length` counts the decoder start token too; never the library's silent 20
         generation_max_length=1 + decoding_budget(longest_source, extra=recipe.extra_target_tokens),
+        # pinned memory only speeds up copies to a GPU; on the CPU, PyTorch warns about it at every epoch
+        dataloader_pin_memory=training_args.dataloader_pin_memory and training_args.device.type != "cpu",
     )
     return TokenBudgetSeq2SeqTrainer(
         model=model,
@@ -231,6 +237,8 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     clock.lap("model")
     callbacks = [*recipe_callbacks(recipe, output_dir, data.tokenizer), FirstUpdateCallback(clock)]
     trainer = build_trainer(recipe, training_args, data, model, callbacks)
+    if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(TimeBudgetProgressCallback(recipe.max_train_minutes))
     trained = train(trainer, callbacks, output_dir)
     test = translate_test_split(trainer, recipe, data, output_dir)
     scores = {

@@ -17,6 +17,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
+from .preprocessing import length_columns
 
 
 logger = logging.getLogger(__name__)
@@ -46,10 +47,10 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
         start = time.monotonic()
-        lengths = dataset.select_columns(["source_length", "target_length"]).with_format("numpy")
+        source_lengths, target_lengths = length_columns(dataset)
         sampler = TokenBudgetBatchSampler(
-            lengths["source_length"],
-            lengths["target_length"],
+            source_lengths,
+            target_lengths,
             self.max_tokens,
             seed=self.args.seed,
             num_shards=self.args.world_size,

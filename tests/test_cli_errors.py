@@ -1,0 +1,83 @@
+"""A user's mistake at the command line gets one line, `hf-vanilla COMMAND: error: what and the fix`, exit status 2,
+no traceback; `--debug` or HF_VANILLA_DEBUG=1 shows the traceback. Each case runs the real command."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def hf_vanilla(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hf_vanilla", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory, small_tokenizer):
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "wrong_shape").mkdir()
+    (folder / "wrong_shape" / "notes.txt").write_text("no parallel data here")
+    from .conftest import make_model
+
+    make_model(vocab_size=61).save_pretrained(folder / "model")  # 61 ids: fewer than the tokenizer's 400
+    small_tokenizer.save_pretrained(folder / "tokenizer")
+    (folder / "source.txt").write_text("A dog.\n")
+    return folder
+
+
+CASES = {
+    "train, data folder in the wrong shape": (
+        ["train", "--data", "{p}/wrong_shape", "--output_dir", "{p}/run"],
+        "train",
+        "No parallel data in",
+    ),
+    "train, missing data folder": (
+        ["train", "--data", "{p}/missing", "--output_dir", "{p}/run"],
+        "train",
+        "not a folder",
+    ),
+    "translate, missing model folder": (["translate", "{p}/no_model"], "translate", "no such folder; give the folder"),
+    "translate, missing input file": (
+        ["translate", "{p}/model", "--input", "{p}/missing.txt"],
+        "translate",
+        "--input {p}/missing.txt: no such file",
+    ),
+    "translate, a tokenizer from another run": (
+        ["translate", "{p}/model", "--tokenizer", "{p}/tokenizer", "--input", "{p}/source.txt"],
+        "translate",
+        "The tokenizer has 400 entries but the model's vocabulary only 61",
+    ),
+    "average, no checkpoints": (
+        ["average", "--from", "{p}/wrong_shape", "--output", "{p}/avg"],
+        "average",
+        "no checkpoints",
+    ),
+    "export, an option of the other engine": (
+        ["export", "ctranslate2", "{p}/model", "{p}/out", "--opset", "18"],
+        "export",
+        "--opset is for onnx",
+    ),
+    "tokenizer, missing file": (
+        ["tokenizer", "--files", "{p}/missing.en", "--output", "{p}/tok"],
+        "tokenizer",
+        "No such file or directory",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_mistake_gets_one_line_and_status_2(places, case):
+    args, command, message = CASES[case]
+    result = hf_vanilla(*[arg.format(p=places) for arg in args])
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"hf-vanilla {command}: error: ") and message.format(p=places) in last, last
+
+
+def test_debug_shows_the_traceback(places):
+    missing = str(places / "no_model")
+    assert "Traceback" in hf_vanilla("--debug", "translate", missing).stderr
+    assert "Traceback" in hf_vanilla("translate", missing, env={"HF_VANILLA_DEBUG": "1"}).stderr
