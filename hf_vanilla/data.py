@@ -271,7 +271,6 @@ def _dataset_files(folder: Path) -> bool:
 
 def _named_files(data_files: dict[str, str], splits) -> dict:
     """One file per split, each read by its suffix (TSV pairs, or a `datasets` builder)."""
-
     corpus = {}
     for split in splits:
         if not data_files.get(split):

@@ -14,6 +14,7 @@ id) for --engine pytorch, and the folder `hf-vanilla export onnx|ctranslate2` wr
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 
 
 ENGINES = ("pytorch", "onnx", "ctranslate2")
@@ -64,8 +65,6 @@ def generation_options(args: argparse.Namespace) -> dict:
 
 def check_locations(args: argparse.Namespace) -> None:
     """Missing files and folders, named with the fix, before anything loads."""
-    from pathlib import Path
-
     looks_local = Path(args.model).exists() or args.model.startswith((".", "/", "~")) or args.engine != "pytorch"
     if looks_local and not Path(args.model).is_dir():
         made_by = (
@@ -87,7 +86,7 @@ def check_engine_options(args: argparse.Namespace, device: str) -> None:
 
 
 def build_translator(args: argparse.Namespace, tokenizer, device: str):
-    """The batch translator of the chosen engine, and the PyTorch model where there is one (for the plot)."""
+    """The batch translator of the chosen engine; PyTorch's and ONNX Runtime's hold their model as `.model`."""
     import torch
 
     from ..inference import CTranslate2Translator, GenerateTranslator
@@ -101,17 +100,17 @@ def build_translator(args: argparse.Namespace, tokenizer, device: str):
         compute_type = args.compute_type or "default"
         return CTranslate2Translator(
             args.model, tokenizer, device=device, compute_type=compute_type, **budget, **options
-        ), None
+        )
     torch.manual_seed(args.seed)
     if args.engine == "onnx":
         from ..interop.onnx import OnnxVanillaForConditionalGeneration
 
         model = OnnxVanillaForConditionalGeneration.from_pretrained(args.model, num_threads=torch.get_num_threads())
-        return GenerateTranslator(model, tokenizer, **budget, **options), None
-    from ..loading import load_model
+    else:
+        from ..loading import load_model
 
-    model = load_model(args.model).to(device).eval()
-    return GenerateTranslator(model, tokenizer, **budget, **options), model
+        model = load_model(args.model).to(device).eval()
+    return GenerateTranslator(model, tokenizer, **budget, **options)
 
 
 def draw_attention(args: argparse.Namespace, model, tokenizer, sentence: str) -> None:
@@ -138,8 +137,8 @@ def run(args: argparse.Namespace) -> None:
     check_locations(args)
     check_engine_options(args, device)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
-    translate, model = build_translator(args, tokenizer, device)
-    if hasattr(translate, "model"):  # PyTorch and ONNX carry the model's config; CTranslate2 its own vocabulary
+    translate = build_translator(args, tokenizer, device)
+    if args.engine != "ctranslate2":  # PyTorch and ONNX carry the model's config; CTranslate2 its own vocabulary
         check_tokenizer_matches_model(tokenizer, translate.model.config)
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS.get(torch.device(device).type, DEFAULT_MAX_TOKENS["cpu"])
     files = contextlib.ExitStack()  # closes the files opened here, never stdin or stdout
@@ -169,4 +168,4 @@ def run(args: argparse.Namespace) -> None:
             target.write("\t".join(candidates) + "\n")
             target.flush()
     if args.attention_plot and first_sentence:
-        draw_attention(args, model, tokenizer, first_sentence[0])
+        draw_attention(args, translate.model, tokenizer, first_sentence[0])  # PyTorch: check_engine_options
