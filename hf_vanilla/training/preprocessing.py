@@ -4,35 +4,47 @@ into an on-disk cache that every process of a run and every later run opens (fai
 
 The cache lives under `<data_cache_dir>` (default `<HF_DATASETS_CACHE>/hf_vanilla`):
 - `tokenizers/<key>/`: the BPE of a corpus, keyed by the training split, the vocabulary size and the sample size;
-- `tokenized/<key>/`: a `save_to_disk` `DatasetDict` with `input_ids` and `labels` in the smallest integer type that
-  holds the vocabulary and `source_length`/`target_length` columns for the token-budget sampler, keyed by the corpus,
-  the tokenizer and the length limit. Training pairs over the limit are left out (counted); evaluation pairs never.
+- `tokenized/<key>/`: per split, Arrow files (one per worker process) with `input_ids` and `labels` in the smallest
+  integer type that holds the vocabulary and `source_length`/`target_length` columns for the token-budget sampler,
+  and `hf_vanilla.json` listing them; keyed by the corpus, the tokenizer and the length limit. Training pairs over
+  the limit are left out (counted); evaluation pairs never.
 Both are written under a temporary name and renamed into place, so a killed run leaves nothing half-written.
+
+Every pass over a corpus reads its files as a stream (`data.arrow_batches`) and writes large record batches: what a
+process holds does not grow with the corpus, page cache included (a memory-mapped pass keeps every page it touched
+in the process's resident set).
 """
 
 import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from ..data import ARROW_BATCH_ROWS, arrow_batches
 from ..tokenization import CorpusEncoder, train_bpe_tokenizer
 
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1  # bump when the layout of the cached files changes
+CACHE_FORMAT = 2  # bump when the layout of the cached files changes
+MANIFEST = "hf_vanilla.json"  # written last: a tokenized folder holding it is complete
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
+ENCODE_ROWS = 2000  # pairs encoded at a time
 
 
 def default_cache_dir() -> Path:
@@ -57,16 +69,12 @@ def _publish(staging: Path, final: Path) -> None:
 
 def sample_sentences(train, sentences: int, seed: int = SAMPLE_SEED) -> Iterator[list[str]]:
     """Batches of about `sentences` sentences (both sides of ~`sentences / 2` pairs drawn at random, all of them for a
-    smaller corpus), read from the memory-mapped table: what the BPE learns from (Marian's
-    `--sentencepiece-max-lines`). Memory is the sample's indices, never the corpus."""
-    pairs = len(train)
-    if sentences < 2 * pairs:
-        rng, chunk, keep = np.random.default_rng(seed), 1 << 20, sentences / (2 * pairs)
-        picked = [
-            start + np.flatnonzero(rng.random(min(chunk, pairs - start)) < keep) for start in range(0, pairs, chunk)
-        ]
-        train = train.select(np.concatenate(picked))
-    for batch in train.with_format("arrow").iter(batch_size=10_000):
+    smaller corpus), read in one streaming pass over the table: what the BPE learns from (Marian's
+    `--sentencepiece-max-lines`). Memory is one batch, never the corpus."""
+    keep, rng = sentences / (2 * len(train)), np.random.default_rng(seed)
+    for batch in arrow_batches(train, ["source", "target"]):
+        if keep < 1:
+            batch = batch.filter(pa.array(rng.random(batch.num_rows) < keep))
         yield batch.column("source").to_pylist()
         yield batch.column("target").to_pylist()
 
@@ -109,6 +117,11 @@ def _ids_column(ids: np.ndarray, lengths: np.ndarray) -> pa.Array:
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids))
 
 
+def _length_type(max_length: int | None) -> np.dtype:
+    """16-bit lengths where the limit allows (what the sampler reads for every pair), else 32."""
+    return np.dtype(np.uint16 if max_length is not None and max_length <= np.iinfo(np.uint16).max else np.uint32)
+
+
 def encode_pairs(
     batch: pa.Table, source_encoder: CorpusEncoder, target_encoder: CorpusEncoder, max_length: int | None
 ) -> pa.Table:
@@ -119,20 +132,26 @@ def encode_pairs(
         {
             "input_ids": _ids_column(source_ids, source_lengths),
             "labels": _ids_column(target_ids, target_lengths),
-            "source_length": pa.array(source_lengths.astype(np.int32)),
-            "target_length": pa.array(target_lengths.astype(np.int32)),
+            "source_length": pa.array(source_lengths),
+            "target_length": pa.array(target_lengths),
         }
     )
-    if max_length is None:
-        return table
-    return table.filter(pa.array((source_lengths <= max_length) & (target_lengths <= max_length)))
+    if max_length is not None:
+        table = table.filter(pa.array((source_lengths <= max_length) & (target_lengths <= max_length)))
+    return table.cast(_schema(source_encoder, max_length))
+
+
+def _schema(encoder: CorpusEncoder, max_length: int | None) -> pa.Schema:
+    ids, lengths = pa.large_list(pa.from_numpy_dtype(encoder.dtype)), pa.from_numpy_dtype(_length_type(max_length))
+    return pa.schema({"input_ids": ids, "labels": ids, "source_length": lengths, "target_length": lengths})
 
 
 def length_columns(tokenized) -> tuple[np.ndarray, np.ndarray]:
-    """The `source_length` and `target_length` columns of a tokenized split as numpy arrays, read at once (indexing
-    a `datasets` column row by row would take minutes at millions of pairs)."""
-    lengths = tokenized.select_columns(["source_length", "target_length"]).with_format("numpy")[:]
-    return lengths["source_length"], lengths["target_length"]
+    """The `source_length` and `target_length` columns of a tokenized split as numpy arrays: two bytes a pair each,
+    read straight from the Arrow columns (indexing a `datasets` column row by row would take minutes at millions of
+    pairs, and its numpy formatting held ~40 bytes a pair on the way)."""
+    table = tokenized.with_format("arrow").select_columns(["source_length", "target_length"])[:]
+    return table.column("source_length").to_numpy(), table.column("target_length").to_numpy()
 
 
 def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -168,50 +187,109 @@ def tokenize_corpus(
         max_length=max_length,
     )
     folder = cache_dir / "tokenized" / key
-    built = not (folder / "dataset_dict.json").is_file()
+    built = not (folder / MANIFEST).is_file()
     if built:
         start = time.monotonic()
         _build_tokenized(corpus, tokenizer, max_length, folder, num_workers)
         logger.warning("Tokenized the corpus in %.1f s into %s.", time.monotonic() - start, folder)
-    splits = datasets.load_from_disk(str(folder))
-    meta = json.loads((folder / "hf_vanilla.json").read_text())
-    return TokenizedCorpus(splits, meta["dropped_training_pairs"], folder, built)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    splits = {
+        split: datasets.concatenate_datasets([datasets.Dataset.from_file(str(folder / shard)) for shard in shards])
+        for split, shards in manifest["splits"].items()
+    }
+    return TokenizedCorpus(datasets.DatasetDict(splits), manifest["dropped_training_pairs"], folder, built)
 
 
 def _build_tokenized(corpus, tokenizer, max_length: int, folder: Path, num_workers: int | None) -> None:
-    import datasets
-
     staging = folder.with_name(f"{folder.name}.incomplete-{os.getpid()}")
-    work = staging.with_name(staging.name + "-work")
     if not num_workers:
         num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if num_workers > 1:
         # The workers are forked; the Rust tokenizer's own threads would only compete with them (and warn).
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    encoders = {"source_encoder": CorpusEncoder(tokenizer), "target_encoder": CorpusEncoder(tokenizer, as_target=True)}
-    tokenized = {}
+    encoders = (CorpusEncoder(tokenizer), CorpusEncoder(tokenizer, as_target=True))
+    manifest, kept = {"max_length": max_length, "splits": {}}, {}
     for split, dataset in corpus.items():
         workers = max(1, min(num_workers, math.ceil(len(dataset) / MIN_PAIRS_PER_WORKER)))
-        tokenized[split] = dataset.with_format("arrow").map(
-            encode_pairs,
-            batched=True,
-            batch_size=2000,
-            num_proc=workers if workers > 1 else None,
-            fn_kwargs={**encoders, "max_length": max_length if split == "train" else None},
-            remove_columns=dataset.column_names,
-            cache_file_name=str(work / f"{split}.arrow"),
-            new_fingerprint=f"{folder.name}-{split}",
-            desc=f"tokenizing {split}",
-        )
-    dropped = len(corpus["train"]) - len(tokenized["train"]) if "train" in corpus else 0
+        shards = [f"{split}/data-{shard:05d}-of-{workers:05d}.arrow" for shard in range(workers)]
+        bounds = np.linspace(0, len(dataset), workers + 1).astype(int).tolist()
+        limit = max_length if split == "train" else None
+        jobs = [
+            (dataset, start, stop, staging / shard, encoders, limit)
+            for start, stop, shard in zip(bounds[:-1], bounds[1:], shards, strict=True)
+        ]
+        (staging / split).mkdir(parents=True)
+        kept[split] = _run_jobs(jobs, len(dataset), f"tokenizing {split}")
+        manifest["splits"][split] = shards
+    manifest["dropped_training_pairs"] = dropped = len(corpus["train"]) - kept["train"] if "train" in corpus else 0
     if "train" in corpus:
         logger.warning(
             "Length filter: kept %d training pairs, dropped %d longer than %d tokens.",
-            len(tokenized["train"]),
+            kept["train"],
             dropped,
             max_length,
         )
-    datasets.DatasetDict({split: data.with_format(None) for split, data in tokenized.items()}).save_to_disk(staging)
-    (staging / "hf_vanilla.json").write_text(json.dumps({"dropped_training_pairs": dropped, "max_length": max_length}))
-    shutil.rmtree(work, ignore_errors=True)
+    (staging / MANIFEST).write_text(json.dumps(manifest))
     _publish(staging, folder)
+
+
+def _encode_range(
+    dataset, start: int, stop: int, path: Path, encoders: tuple, max_length: int | None, progress=None
+) -> int:
+    """Pairs `start` to `stop` of `dataset` encoded into the Arrow file `path`, in record batches of
+    `ARROW_BATCH_ROWS` rows (so that opening it reads few headers); returns how many pairs the limit kept."""
+    progress = progress or _count_in_shared_total
+    schema, pending, position, kept = _schema(encoders[0], max_length), [], 0, 0
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for batch in arrow_batches(dataset, ["source", "target"]):
+            first, last = max(start - position, 0), min(stop - position, batch.num_rows)
+            position += batch.num_rows
+            for offset in range(first, last, ENCODE_ROWS):
+                rows = min(ENCODE_ROWS, last - offset)
+                pending.append(encode_pairs(batch.slice(offset, rows), *encoders, max_length))
+                progress(rows)
+                if sum(table.num_rows for table in pending) >= ARROW_BATCH_ROWS:
+                    kept += _write_batch(writer, pending)
+            if position >= stop:
+                break
+        return kept + _write_batch(writer, pending)
+
+
+def _write_batch(writer: pa.ipc.RecordBatchStreamWriter, tables: list[pa.Table]) -> int:
+    """Writes `tables` as one record batch and empties the list; returns their rows."""
+    if not tables:
+        return 0
+    batch = pa.concat_tables(tables).combine_chunks()
+    writer.write_table(batch)
+    tables.clear()
+    return batch.num_rows
+
+
+_shared_total = None  # in a worker process: the count of pairs encoded by all workers, for the progress bar
+
+
+def _share_total(total) -> None:
+    global _shared_total
+    _shared_total = total
+
+
+def _count_in_shared_total(pairs: int) -> None:
+    with _shared_total.get_lock():
+        _shared_total.value += pairs
+
+
+def _run_jobs(jobs: list[tuple], pairs: int, description: str) -> int:
+    """`_encode_range` over each job, in a process of its own when there are several, under one progress bar;
+    returns the pairs kept."""
+    with tqdm(total=pairs, desc=description, unit=" pairs") as bar:
+        if len(jobs) == 1:
+            return _encode_range(*jobs[0], progress=bar.update)
+        # fork where it is the platform's way (the workers inherit the encoders); spawn elsewhere
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+        total = context.Value("q", 0)
+        with ProcessPoolExecutor(len(jobs), mp_context=context, initializer=_share_total, initargs=(total,)) as pool:
+            futures = [pool.submit(_encode_range, *job) for job in jobs]
+            while wait(futures, timeout=0.5).not_done:
+                bar.update(total.value - bar.n)
+            bar.update(total.value - bar.n)
+            return sum(future.result() for future in futures)
