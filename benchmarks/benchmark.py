@@ -11,7 +11,6 @@ Run from the repository root (the package `benchmarks` is not installed with hf_
     python -m benchmarks.benchmark --preset small --threads 2 --repeats 5 --json runs/benchmark_small.json
     python -m benchmarks.benchmark --preset base --device cuda --dtype bfloat16 --compile
     python -m benchmarks.benchmark --preset small --threads 2 --profile 4   # where the time goes (torch.profiler)
-    hf-vanilla benchmark ...                                                 # the same, from a clone
 """
 
 import argparse

@@ -5,10 +5,12 @@ Importing the package registers the config and models with `AutoConfig`, `AutoMo
 remote-code files, so a saved folder also loads and translates with `trust_remote_code=True` where hf_vanilla is not
 installed.
 
-Its one effect on the rest of transformers, deliberate and tested: it serves the task `"translation"`, which
-transformers 5 removed (it raised `KeyError`), with `VanillaTranslationPipeline`. That pipeline gives any other
-seq2seq model (MarianMT, T5, ...) exactly what the model's own `generate()` and generation config give; only
-hf_vanilla models get the paper's source + 50 length budget. Every other task is left as transformers leaves it.
+Its one effect on the rest of transformers, deliberate, made here at import and tested: it serves the task
+`"translation"` and its `translation_<source>_to_<target>` names, which transformers 5 removed (they raised
+`KeyError`), with `VanillaTranslationPipeline`. That pipeline gives any other seq2seq model (MarianMT, T5, ...)
+exactly what the model's own `generate()` and generation config give; only hf_vanilla models get the paper's source
++ 50 length budget. Every other task is left as transformers leaves it, and building a model or a config changes no
+global state.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -35,13 +37,38 @@ VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-# transformers 5 removed "translation" (it raises KeyError before looking at the registry); serve it again, for every
-# seq2seq model (see the module docstring).
+
+class TranslationTaskAliases(dict):
+    """The registry's task aliases, answering `translation_<source>_to_<target>` for any language codes with
+    `translation` (as transformers 4 parsed such names; 5 removed that with the task). The pipeline then checks the
+    name against the model's own languages."""
+
+    def __contains__(self, task: object) -> bool:
+        return super().__contains__(task) or self._is_language_pair(task)
+
+    def __missing__(self, task: str) -> str:
+        if self._is_language_pair(task):
+            return "translation"
+        raise KeyError(task)
+
+    @staticmethod
+    def _is_language_pair(task: object) -> bool:
+        if not isinstance(task, str) or not task.startswith("translation_"):
+            return False
+        source, separator, target = task.removeprefix("translation_").partition("_to_")
+        return bool(source and separator and target)
+
+
+# The package's only change to the rest of transformers, made here once: transformers 5 removed "translation" (it
+# raises KeyError before looking at the registry); serve it again, for every seq2seq model (see the module
+# docstring), with its language-pair names.
 REMOVED_TASKS.pop("translation", None)
 if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not VanillaTranslationPipeline:
     PIPELINE_REGISTRY.register_pipeline(
         "translation", pipeline_class=VanillaTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
     )
+if not isinstance(PIPELINE_REGISTRY.task_aliases, TranslationTaskAliases):
+    PIPELINE_REGISTRY.task_aliases = TranslationTaskAliases(PIPELINE_REGISTRY.task_aliases)
 
 __all__ = [
     "VanillaDecoder",

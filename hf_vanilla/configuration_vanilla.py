@@ -1,15 +1,26 @@
 # Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
 """Configuration of the original Transformer (Vaswani et al. 2017, "Attention Is All You Need")."""
 
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .pipeline_vanilla import CUSTOM_PIPELINES
 
+
+# True for the installed package's class, whose import registered the translation pipeline (hf_vanilla/__init__.py);
+# False for the copy of this file that `save_pretrained` writes beside the weights, loaded as remote code.
+SERVED_BY_THE_PACKAGE = __name__.split(".")[0] == "hf_vanilla"
+
+# The allowed values of the choice fields. Their annotations stay `str`: `@strict` checks a `Literal` before any
+# validator runs, with a message that would replace ours ("`sinusoid_layout` must be one of [...]", which the
+# command line and the tests show).
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 ACTIVATION_FUNCTIONS = ("relu", "gelu", "swish", "silu", "gelu_new")
 
 _POSITIVE_INT_FIELDS = (
     "vocab_size",
+    "decoder_vocab_size",
     "d_model",
     "encoder_layers",
     "decoder_layers",
@@ -27,6 +38,7 @@ def _is_positive_number(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
 
 
+@strict
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
@@ -69,6 +81,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
         add_final_logits_bias: add a (non-trained) bias buffer to the logits, as MarianMT checkpoints carry.
         source_language / target_language: the language codes the model translates between (`en`, `de`), set by
             the training recipe; with them `pipeline("translation_en_to_de", ...)` finds the model. Both or neither.
+        label_smoothing: ε of §5.4 in the loss `forward(labels=...)` computes (0: the plain cross entropy, as
+            MarianMT). `TokenBudgetSeq2SeqTrainer` sets it from `label_smoothing_factor`.
+        loss_chunk_size: in training, compute that loss this many target positions at a time without the
+            [batch, length, vocab] logits, which `forward` then returns as `None` (`None`: always the logits).
+            `TokenBudgetSeq2SeqTrainer` sets it. Fields of the model rather than arguments of its trainer because
+            under DDP and FSDP only the model's own forward sees the output layer whole (see `loss_in_chunks`).
+
+    Invalid values raise when the config is built or saved, through `@strict` as every transformers config: each
+    `validate_*` method below is one group of checks, and the message names the field and what it accepts.
     """
 
     model_type = "vanilla_transformer"
@@ -96,15 +117,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 1024
-    layer_norm_eps: float = 1e-5
-    init_std: float | None = None
-    qkv_init_gain: float = 2**-0.5
+    layer_norm_eps: float | int = 1e-5
+    init_std: float | int | None = None
+    qkv_init_gain: float | int = 2**-0.5
     normalize_before: bool = False
     position_embedding_type: str = "sinusoidal"
     sinusoid_layout: str = "interleaved"
     add_final_logits_bias: bool = False
     source_language: str | None = None
     target_language: str | None = None
+    label_smoothing: float | int = 0.0
+    loss_chunk_size: int | None = None
     is_encoder_decoder: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
@@ -114,27 +137,20 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
+        if SERVED_BY_THE_PACKAGE:
+            # A saved folder's `custom_pipelines` are for Pythons without hf_vanilla; here `import hf_vanilla` serves
+            # those tasks, and `pipeline()` would otherwise demand `trust_remote_code` for them. `to_dict` writes
+            # them again.
+            kwargs.pop("custom_pipelines", None)
         if self.decoder_vocab_size is None:
             self.decoder_vocab_size = self.vocab_size
         super().__post_init__(**kwargs)
-        self.validate()
 
-    def validate(self) -> None:
-        """Raise `ValueError` naming the offending field and the allowed values. Also run by `save_pretrained`."""
-        for name in _POSITIVE_INT_FIELDS + ("decoder_vocab_size",):
+    def validate_sizes(self) -> None:
+        for name in _POSITIVE_INT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        for name in _PROBABILITY_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
-        if not _is_positive_number(self.layer_norm_eps):
-            raise ValueError(f"`layer_norm_eps` must be a positive number, got {self.layer_norm_eps!r}.")
-        if self.init_std is not None and not _is_positive_number(self.init_std):
-            raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
-        if not _is_positive_number(self.qkv_init_gain):
-            raise ValueError(f"`qkv_init_gain` must be a positive number, got {self.qkv_init_gain!r}.")
         for stack in ("encoder", "decoder"):
             heads = getattr(self, f"{stack}_attention_heads")
             if self.d_model % heads != 0:
@@ -142,45 +158,54 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     f"`d_model` ({self.d_model}) must be divisible by `{stack}_attention_heads` ({heads}) so that "
                     f"every head gets d_model / h features; pick a head count that divides {self.d_model}."
                 )
-        self._validate_choice("position_embedding_type", POSITION_EMBEDDING_TYPES)
-        self._validate_choice("sinusoid_layout", SINUSOID_LAYOUTS)
-        self._validate_choice("activation_function", ACTIVATION_FUNCTIONS)
+
+    def validate_probabilities(self) -> None:
+        for name in _PROBABILITY_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
+
+    def validate_initialisation(self) -> None:
+        if not _is_positive_number(self.layer_norm_eps):
+            raise ValueError(f"`layer_norm_eps` must be a positive number, got {self.layer_norm_eps!r}.")
+        if self.init_std is not None and not _is_positive_number(self.init_std):
+            raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
+        if not _is_positive_number(self.qkv_init_gain):
+            raise ValueError(f"`qkv_init_gain` must be a positive number, got {self.qkv_init_gain!r}.")
+
+    def validate_choices(self) -> None:
+        for name, allowed in (
+            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("sinusoid_layout", SINUSOID_LAYOUTS),
+            ("activation_function", ACTIVATION_FUNCTIONS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+
+    def validate_vocabularies(self) -> None:
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
             raise ValueError(
                 f"`share_encoder_decoder_embeddings=True` needs one vocabulary, but `vocab_size` is "
                 f"{self.vocab_size} and `decoder_vocab_size` is {self.decoder_vocab_size}; set "
                 "`share_encoder_decoder_embeddings=False` or make the sizes equal."
             )
-        self._validate_special_tokens()
-        self._validate_languages()
 
-    @property
-    def translation_task(self) -> str | None:
-        """`translation_<source>_to_<target>`, the task name transformers' docs and scripts use, when the model
-        knows its languages."""
-        if self.source_language is None:
-            return None
-        return f"translation_{self.source_language}_to_{self.target_language}"
+    def validate_special_tokens(self) -> None:
+        # The library's `validate_token_ids` only warns about an id outside the vocabulary (some Hub configs store
+        # -1); here it is an error. Source-side ids (pad, unk, eos) index the encoder vocabulary; every id the
+        # decoder reads or emits must fit the decoder vocabulary, the smaller bound only when the two differ.
+        limit = min(self.vocab_size, self.decoder_vocab_size)
+        for name in _SPECIAL_TOKEN_FIELDS:
+            value = getattr(self, name, None)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+                raise ValueError(
+                    f"`{name}` must be None or an id in [0, {limit - 1}] (the vocabulary), got {value!r}."
+                )
 
-    @property
-    def custom_pipelines(self) -> dict:
-        """The remote-code pipelines of a published folder, minus the tasks this process already serves.
-
-        A published folder lists `translation` here so `pipeline(..., trust_remote_code=True)` works without
-        hf_vanilla. Where `import hf_vanilla` has registered the task, the entry is hidden from `pipeline()` (which
-        would otherwise demand `trust_remote_code`); it is still saved, since serialisation reads `__dict__`.
-        """
-        from transformers.pipelines import PIPELINE_REGISTRY
-
-        saved = self.__dict__.get("custom_pipelines") or {}
-        served = {*PIPELINE_REGISTRY.supported_tasks, *PIPELINE_REGISTRY.task_aliases}
-        return {task: spec for task, spec in saved.items() if task not in served}
-
-    @custom_pipelines.setter
-    def custom_pipelines(self, value: dict) -> None:
-        self.__dict__["custom_pipelines"] = value
-
-    def _validate_languages(self) -> None:
+    def validate_languages(self) -> None:
         languages = (self.source_language, self.target_language)
         if (languages[0] is None) != (languages[1] is None):
             raise ValueError(
@@ -192,23 +217,31 @@ class VanillaTransformerConfig(PreTrainedConfig):
             if code is not None and not is_code:
                 raise ValueError(f"`{name}` must be a language code such as 'en' or 'pt-BR', got {code!r}.")
 
-    def _validate_choice(self, name: str, allowed: tuple[str, ...]) -> None:
-        value = getattr(self, name)
-        if value not in allowed:
-            raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+    def validate_loss(self) -> None:
+        if isinstance(self.label_smoothing, bool) or not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
+        if self.loss_chunk_size is not None and self.loss_chunk_size <= 0:
+            raise ValueError(f"`loss_chunk_size` must be a positive integer or None, got {self.loss_chunk_size!r}.")
 
-    def _validate_special_tokens(self) -> None:
-        # Source-side ids (pad, unk, eos) index the encoder vocabulary; every id the decoder reads or emits must
-        # fit the decoder vocabulary, which is the smaller bound only when the vocabularies differ.
-        limit = min(self.vocab_size, self.decoder_vocab_size)
-        for name in _SPECIAL_TOKEN_FIELDS:
-            value = getattr(self, name, None)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-                raise ValueError(
-                    f"`{name}` must be None or an id in [0, {limit - 1}] (the vocabulary), got {value!r}."
-                )
+    @property
+    def translation_task(self) -> str | None:
+        """`translation_<source>_to_<target>`, the task name transformers' docs and scripts use, when the model
+        knows its languages."""
+        if self.source_language is None:
+            return None
+        return f"translation_{self.source_language}_to_{self.target_language}"
+
+    def remote_code_pipelines(self) -> dict:
+        """The pipelines a saved folder lists for `pipeline(..., trust_remote_code=True)` where hf_vanilla is not
+        installed: `translation`, and the model's `translation_<source>_to_<target>` when it knows its languages."""
+        tasks = ["translation"] + ([self.translation_task] if self.translation_task else [])
+        return {task: dict(CUSTOM_PIPELINES["translation"]) for task in tasks}
+
+    def to_dict(self) -> dict:
+        # Written from the fields, so that a config saves the same JSON in any process and whatever else was built.
+        output = super().to_dict()
+        output["custom_pipelines"] = {**(output.get("custom_pipelines") or {}), **self.remote_code_pipelines()}
+        return output
 
 
 __all__ = ["VanillaTransformerConfig"]

@@ -2,7 +2,6 @@
 
 import copy
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,9 +150,7 @@ def dry_run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, card: Ca
     """The files `write_hub_folder` would write, with sizes, leaving nothing behind."""
     with tempfile.TemporaryDirectory() as scratch:
         files = write_hub_folder(model, tokenizer, scratch, card, **kwargs)
-        listing = [f"{path.name}\t{path.stat().st_size} bytes" for path in files]
-        shutil.rmtree(scratch, ignore_errors=True)
-    return listing
+        return [f"{path.name}\t{path.stat().st_size} bytes" for path in files]
 
 
 def load_hyperparameters(path: str | Path | None) -> dict:

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from transformers import CompileConfig, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import pack_by_budget
+from .library_hooks import compile_on_every_device
 from .pipeline_vanilla import EXTRA_TARGET_TOKENS, decoding_budget
 
 
@@ -180,7 +181,7 @@ def translate_lines(
 def static_cache_and_compile() -> dict:
     """`generate()` options for its own speed path: a preallocated (static) cache and the decoding step compiled
     with `torch.compile(fullgraph=True)`. transformers compiles only on accelerators unless asked, so every device is
-    asked explicitly. Greedy decoding and sampling use it; beam search runs the step eagerly."""
-    config = CompileConfig(fullgraph=True, dynamic=False)
-    config._compile_all_devices = True
+    asked explicitly (`library_hooks.compile_on_every_device`). Greedy decoding and sampling use it; beam search runs
+    the step eagerly."""
+    config = compile_on_every_device(CompileConfig(fullgraph=True, dynamic=False))
     return dict(cache_implementation="static", compile_config=config)

@@ -3,13 +3,15 @@
 `from_pretrained` only logs missing or unexpected weights and initialises the missing ones at random; a
 translation service or an averaging job built on that would run on garbage without noticing. Every place that
 fills a model with weights (our commands' `load_model`, checkpoint averaging, the Marian import) goes through the
-one rule here.
+one rule here. Like every hf_vanilla module, this one imports the package first, whose `__init__` registers the
+model with the Auto classes: `load_model` needs no `import hf_vanilla` beside it.
 """
 
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 
@@ -47,7 +49,7 @@ def load_state_dict_strictly(model: PreTrainedModel, state_dict: dict[str, torch
 
 def load_model(path: str | Path, **kwargs) -> PreTrainedModel:
     """`AutoModelForSeq2SeqLM.from_pretrained(path)` from safetensors only, under `check_weights_fit`; a file that
-    cannot be read (truncated, corrupt) is a `ValueError` too."""
+    cannot be read (truncated, corrupt) or an invalid config is a `ValueError` too."""
     try:
         model, info = AutoModelForSeq2SeqLM.from_pretrained(
             path, output_loading_info=True, use_safetensors=True, **kwargs
@@ -57,5 +59,7 @@ def load_model(path: str | Path, **kwargs) -> PreTrainedModel:
             f"{path}: the weights file cannot be read ({error}); it is truncated or corrupt. Copy or download it "
             "again."
         ) from error
+    except StrictDataclassError as error:  # the config's own check, with the message that names the field
+        raise ValueError(f"{path}: invalid config.json: {error.__cause__ or error}") from error
     check_weights_fit(path, info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"])
     return model

@@ -33,7 +33,6 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
-from .pipeline_vanilla import CUSTOM_PIPELINES, serve_language_pair_task
 
 
 logger = logging.get_logger(__name__)
@@ -234,7 +233,10 @@ def eager_attention_forward(
 
 class VanillaInputProjection(nn.Linear):
     """A query, key or value projection: a plain linear layer that `_init_weights` draws with
-    `config.qkv_init_gain` instead of Xavier's gain 1."""
+    `config.qkv_init_gain` instead of Xavier's gain 1.
+
+    A class rather than a set of names because the library calls `_init_weights(module)` with the module alone, not
+    its name; the weights' names (`q_proj`, ...) and state dicts are those of `nn.Linear`."""
 
 
 class VanillaAttention(nn.Module):
@@ -267,9 +269,12 @@ class VanillaAttention(nn.Module):
         """[B, T, d_model] -> [B, H, T, d_head]"""
         return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
 
-    def _project_key_value(
+    def project_key_value(
         self, key_value_states: torch.Tensor, past_key_values: Cache | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [B, H, Tk, d_head] of `key_value_states` [B, Tk, d_model], through the cache: for
+        cross-attention, projected once per generation and then read back (the ONNX export computes them with the
+        encoder)."""
         if self.is_cross_attention:
             cache = past_key_values.cross_attention_cache if past_key_values is not None else None
             # The encoder output is fixed for a whole generation: project it once, then reuse it every step.
@@ -296,7 +301,7 @@ class VanillaAttention(nn.Module):
         """hidden_states [B, Tq, d_model] attends over key_value_states [B, Tk, d_model] (itself if None)."""
         query = self._split_heads(self.q_proj(hidden_states))
         key_value_states = key_value_states if self.is_cross_attention else hidden_states
-        key, value = self._project_key_value(key_value_states, past_key_values)
+        key, value = self.project_key_value(key_value_states, past_key_values)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -402,7 +407,6 @@ class VanillaDecoderLayer(VanillaResidualLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        use_cache: bool | None = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.residual_block(
@@ -437,19 +441,13 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
-    def post_init(self) -> None:
-        super().post_init()
-        serve_language_pair_task(self.config)
-
     def save_pretrained(self, save_directory: str, *args, **kwargs) -> None:
         # Every folder (Trainer checkpoints included) loads and translates with trust_remote_code=True where
         # hf_vanilla is not installed: the library copies this file and its relative imports (the config and the
-        # pipeline), and these two entries point the Auto classes and `pipeline()` at them.
+        # pipeline), `auto_map` points the Auto classes at them and the config lists the pipeline (its `to_dict`).
+        # Both model classes are named whichever is saved, as the library's own `register_for_auto_class` would
+        # name only the saved one.
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **REMOTE_CODE_AUTO_MAP}
-        pipelines = {**CUSTOM_PIPELINES}
-        if self.config.translation_task:  # pipeline("translation_en_to_de", ...) too
-            pipelines[self.config.translation_task] = CUSTOM_PIPELINES["translation"]
-        self.config.custom_pipelines = {**(self.config.__dict__.get("custom_pipelines") or {}), **pipelines}
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def _resize_token_embeddings(
@@ -644,7 +642,6 @@ class VanillaDecoder(VanillaStack):
                 encoder_hidden_states,  # positional, so gradient checkpointing sees it
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
-                use_cache=use_cache,
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
@@ -842,23 +839,37 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits = logits + self.final_logits_bias.to(logits.dtype)
         return logits
 
+    def loss_in_chunks(self, labels: torch.Tensor | None) -> bool:
+        """Whether `forward` computes the loss `config.loss_chunk_size` positions at a time, without the logits.
+
+        The loss lives in the model, not the trainer, for this path: under DDP and FSDP the output layer's weights
+        are whole, and their gradients synchronised, only inside the wrapped model's forward, so a loss that never
+        materialises the [batch, length, vocab] logits has to be computed here. Training only: evaluation and
+        generation get their logits."""
+        return labels is not None and self.training and self.config.loss_chunk_size is not None
+
     def translation_loss(
         self,
         hidden_states: torch.Tensor,
         logits: torch.Tensor | None,
         labels: torch.Tensor,
-        label_smoothing: float,
         num_items_in_batch: torch.Tensor | int | None,
     ) -> torch.Tensor:
-        """Mean (label-smoothed) cross entropy over the labelled positions, or the sum divided by
-        `num_items_in_batch` when the Trainer passes it (exact under gradient accumulation). Labels are aligned
-        with the decoder positions already: the decoder inputs are the labels shifted right."""
+        """Mean cross entropy over the labelled positions, label-smoothed by `config.label_smoothing`, or the sum
+        divided by `num_items_in_batch` when the Trainer passes it (exact under gradient accumulation). Labels are
+        aligned with the decoder positions already: the decoder inputs are the labels shifted right."""
+        smoothing = self.config.label_smoothing
         if logits is not None:
-            total = label_smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), label_smoothing)
+            total = label_smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), smoothing)
         else:
             bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
             total = ChunkedLinearCrossEntropy.apply(
-                hidden_states.flatten(0, 1), self.lm_head.weight, bias, labels.flatten(), label_smoothing, 1024
+                hidden_states.flatten(0, 1),
+                self.lm_head.weight,
+                bias,
+                labels.flatten(),
+                smoothing,
+                self.config.loss_chunk_size,
             )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()
@@ -883,24 +894,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        label_smoothing: float = 0.0,
-        skip_logits: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. Without
-            `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy,
-            summed and divided by `num_items_in_batch` when the Trainer passes it (exact under gradient
-            accumulation), else averaged over the valid tokens.
-        label_smoothing (`float`): ε of §5.4 label smoothing in the loss, the same loss as
-            `Seq2SeqTrainingArguments(label_smoothing_factor=ε)` computes from the logits.
-        skip_logits (`bool`): compute the loss a chunk of positions at a time without materialising the
-            [batch, target_length, vocab] logits, which are then returned as `None`; needs `labels`. For training.
+            `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy
+            (label-smoothed by `config.label_smoothing`, 0 by default), summed and divided by `num_items_in_batch`
+            when the Trainer passes it (exact under gradient accumulation), else averaged over the valid tokens.
+            In training with `config.loss_chunk_size` set, it is computed that many positions at a time and the
+            logits are returned as `None` (`loss_in_chunks`).
         """
-        if skip_logits and labels is None:
-            raise ValueError("`skip_logits=True` computes only the loss, so it needs `labels`.")
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r}.")
         if labels is not None:
             check_labels(labels, self.config.decoder_vocab_size)
             use_cache = False
@@ -920,12 +923,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        logits = None if skip_logits else self.output_logits(hidden_states)
+        logits = None if self.loss_in_chunks(labels) else self.output_logits(hidden_states)
         loss = None
         if labels is not None:
-            loss = self.translation_loss(
-                hidden_states, logits, labels, label_smoothing, kwargs.get("num_items_in_batch")
-            )
+            loss = self.translation_loss(hidden_states, logits, labels, kwargs.get("num_items_in_batch"))
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -4,8 +4,8 @@
 transformers 5 removed its translation pipeline. This one is copied next to published weights (registered in
 `config.custom_pipelines`) by every `save_pretrained`, so `pipeline("translation", model=folder,
 trust_remote_code=True)` works where hf_vanilla is not installed; `import hf_vanilla` registers it in-process for
-model objects and folders, where it also serves other seq2seq models (MarianMT, ...) exactly as their `generate()`
-does. It imports only torch and transformers.
+model objects and folders (`translation_<source>_to_<target>` names too), where it also serves other seq2seq models
+(MarianMT, ...) exactly as their `generate()` does. It imports only torch and transformers.
 """
 
 import math
@@ -19,9 +19,10 @@ EXTRA_TARGET_TOKENS = 50
 
 _LENGTH_ARGUMENTS = ("max_new_tokens", "max_length")
 
-# What every saved hf_vanilla folder lists in `config.custom_pipelines` (written by the models' `save_pretrained`,
-# which also copies this file): `pipeline("translation", model=folder, trust_remote_code=True)` then works in a
-# Python without hf_vanilla, for Trainer checkpoints as much as for published models.
+# What every saved hf_vanilla folder lists in `config.custom_pipelines` (the config's `to_dict` writes it, with the
+# model's `translation_<source>_to_<target>` name too; `save_pretrained` copies this file beside the config):
+# `pipeline("translation", model=folder, trust_remote_code=True)` then works in a Python without hf_vanilla, for
+# Trainer checkpoints as much as for published models.
 CUSTOM_PIPELINES = {
     "translation": {
         "impl": "pipeline_vanilla.VanillaTranslationPipeline",
@@ -52,16 +53,6 @@ def check_tokenizer_matches_model(tokenizer, config) -> None:
                 f"The tokenizer's `{name}` is {tokenizer_id} but the model's is {model_id}: they come from "
                 "different runs. Use the tokenizer saved with the model."
             )
-
-
-def serve_language_pair_task(config) -> None:
-    """Where this process serves `translation` with this pipeline (`import hf_vanilla`), also answer to the model's
-    `translation_<source>_to_<target>` name (transformers 5 dropped the parsing of such names with the task)."""
-    from transformers.pipelines import PIPELINE_REGISTRY
-
-    task = getattr(config, "translation_task", None)
-    if task and PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is VanillaTranslationPipeline:
-        PIPELINE_REGISTRY.task_aliases[task] = "translation"
 
 
 class VanillaTranslationPipeline(Pipeline):

@@ -1,11 +1,18 @@
-"""The config: paper defaults, presets, serialisation and the ValueErrors that guard it."""
+"""The config: paper defaults, presets, serialisation and the errors that guard it (`@strict`'s, as every transformers
+config raises, each carrying our message that names the field)."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from huggingface_hub.errors import StrictDataclassError
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from hf_vanilla import VanillaTransformerConfig
+
+from .conftest import make_model
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -77,19 +84,19 @@ def test_round_trip(tmp_path):
     ],
 )
 def test_invalid_config_names_the_field(overrides, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(StrictDataclassError, match=field):
         VanillaTransformerConfig(**overrides)
 
 
 def test_allowed_values_are_listed():
-    with pytest.raises(ValueError, match=r"\['sinusoidal', 'learned'\]"):
+    with pytest.raises(StrictDataclassError, match=r"\['sinusoidal', 'learned'\]"):
         VanillaTransformerConfig(position_embedding_type="rope")
 
 
 def test_separate_vocabularies_validate_against_the_smaller():
     config = VanillaTransformerConfig(vocab_size=100, decoder_vocab_size=50, share_encoder_decoder_embeddings=False)
     assert config.decoder_vocab_size == 50
-    with pytest.raises(ValueError, match="eos_token_id"):
+    with pytest.raises(StrictDataclassError, match="eos_token_id"):
         VanillaTransformerConfig(
             vocab_size=100, decoder_vocab_size=50, share_encoder_decoder_embeddings=False, eos_token_id=60
         )
@@ -98,5 +105,36 @@ def test_separate_vocabularies_validate_against_the_smaller():
 def test_save_validates_a_config_edited_after_construction(tmp_path):
     config = VanillaTransformerConfig()
     config.dropout = 2.0
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(StrictDataclassError, match="dropout"):
         config.save_pretrained(tmp_path)
+
+
+SAVE_ALONE = """
+import sys
+from tests.conftest import make_model
+make_model(seed=0, source_language=sys.argv[1], target_language=sys.argv[2]).save_pretrained(sys.argv[3])
+"""
+
+
+def saved_config(model, folder: Path) -> dict:
+    model.save_pretrained(folder)
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_two_language_pairs_in_one_process_each_save_the_json_they_save_alone(tmp_path):
+    aliases, supported = dict(PIPELINE_REGISTRY.task_aliases), dict(PIPELINE_REGISTRY.supported_tasks)
+    english_german = make_model(seed=0, source_language="en", target_language="de")
+    first = saved_config(english_german, tmp_path / "en-de")
+    french_english = make_model(seed=0, source_language="fr", target_language="en")
+    assert saved_config(french_english, tmp_path / "fr-en")["custom_pipelines"].keys() == {
+        "translation",
+        "translation_fr_to_en",
+    }
+    assert saved_config(english_german, tmp_path / "en-de-again") == first
+    assert first["custom_pipelines"].keys() == {"translation", "translation_en_to_de"}
+    assert (dict(PIPELINE_REGISTRY.task_aliases), dict(PIPELINE_REGISTRY.supported_tasks)) == (aliases, supported)
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", SAVE_ALONE, "en", "de", str(tmp_path / "alone")], cwd=root, check=True)
+    alone = json.loads((tmp_path / "alone" / "config.json").read_text())
+    assert alone == first

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
 from hf_vanilla.modeling_vanilla import VanillaAttention
@@ -63,5 +64,5 @@ def test_embeddings_are_normal_with_a_zero_padding_row():
 
 def test_an_invalid_gain_is_refused():
     for value in (0, -1.0, True, "0.7"):
-        with pytest.raises(ValueError, match="qkv_init_gain"):
+        with pytest.raises(StrictDataclassError, match="qkv_init_gain"):
             make_model(qkv_init_gain=value)

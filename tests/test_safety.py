@@ -59,4 +59,5 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other(name):
             roots = {node.module.split(".")[0]}
         else:
             continue
-        assert roots <= {"math", "collections", "torch", "transformers"}, (name, roots)
+        # huggingface_hub: transformers' own dependency (the configs' `@strict`)
+        assert roots <= {"math", "collections", "torch", "transformers", "huggingface_hub"}, (name, roots)

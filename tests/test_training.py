@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_pt_utils import LabelSmoother
@@ -100,16 +101,13 @@ def test_chunked_loss_equals_the_label_smoother_in_value_and_gradients(smoothing
         model.final_logits_bias.normal_()
     batch = labelled_batch()
     expected_loss, expected_gradients = label_smoother_loss_and_gradients(model, batch, smoothing)
-    for skip_logits in (False, True):
+    model.config.label_smoothing = smoothing
+    for chunk_size in (None, 1024):
+        model.config.loss_chunk_size = chunk_size
+        skip_logits = chunk_size is not None
         input_ids, attention_mask, labels = batch
         model.zero_grad()
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            labels=labels,
-            label_smoothing=smoothing,
-            skip_logits=skip_logits,
-        )
+        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
         assert (out.logits is None) == skip_logits
         assert torch.allclose(out.loss, expected_loss, atol=1e-6)
         out.loss.backward()
@@ -120,16 +118,14 @@ def test_chunked_loss_equals_the_label_smoother_in_value_and_gradients(smoothing
 
 def test_chunked_loss_under_bf16_autocast_equals_the_label_smoother_within_bf16_tolerance():
     # What `--bf16` does on a CPU: Accelerate runs the forward under bf16 autocast, the chunked loss included.
-    model = make_model(dropout=0.0, vocab_size=200, d_model=64).train()
+    model = make_model(dropout=0.0, vocab_size=200, d_model=64, label_smoothing=0.1, loss_chunk_size=1024).train()
     batch = labelled_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected_loss, expected_gradients = label_smoother_loss_and_gradients(model, batch, 0.1)
         input_ids, attention_mask, labels = batch
         model.zero_grad()
-        out = model(
-            input_ids=input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=0.1, skip_logits=True
-        )
-    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert out.logits is None and out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
     assert torch.allclose(out.loss, expected_loss, rtol=1e-2)  # bf16 keeps 8 bits of mantissa: ~0.4% per rounding
     out.loss.backward()
     _, float32_gradients = label_smoother_loss_and_gradients(model, batch, 0.1)
@@ -200,15 +196,28 @@ def test_chunks_add_up_to_the_whole_batch(chunk_size):
         assert torch.allclose(got, 3.0 * want, atol=1e-5)  # the incoming gradient scales both
 
 
-def test_skip_logits_needs_labels_and_smoothing_a_probability():
-    model = make_model()
+def test_chunks_are_for_training_only_and_label_smoothing_is_a_probability():
+    model = make_model(label_smoothing=0.1, loss_chunk_size=16)
     input_ids, attention_mask, labels = labelled_batch()
-    with pytest.raises(ValueError, match="skip_logits"):
-        model(
-            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels.clamp(min=0), skip_logits=True
-        )
-    with pytest.raises(ValueError, match="label_smoothing"):
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=1.0)
+    assert model.eval()(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits is not None
+    assert model.train()(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits is None
+    assert model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels.clamp(min=0)).logits.ndim
+    with pytest.raises(StrictDataclassError, match="label_smoothing"):
+        make_model(label_smoothing=1.0)
+    with pytest.raises(StrictDataclassError, match="loss_chunk_size"):
+        make_model(loss_chunk_size=0)
+
+
+def test_the_trainer_hands_label_smoothing_to_the_model_instead_of_smoothing_the_logits_again(tmp_path):
+    from transformers import Seq2SeqTrainingArguments
+
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    model = make_model()
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.1, use_cpu=True, report_to=[])
+    trainer = TokenBudgetSeq2SeqTrainer(model=model, args=args, max_tokens=64)
+    assert trainer.label_smoother is None
+    assert (model.config.label_smoothing, model.config.loss_chunk_size) == (0.1, 1024)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

@@ -11,11 +11,15 @@ import importlib
 import os
 import sys
 
+from huggingface_hub.errors import StrictDataclassError
 
-COMMANDS = ("train", "translate", "average", "convert", "export", "publish", "tokenizer", "benchmark")
-# What a user's mistake raises (bad values, missing files or models, a missing optional dependency), as opposed to a
-# fault of ours, which keeps its traceback.
-USER_ERRORS = (ValueError, OSError, ImportError)
+
+# The installed product. The benchmarks (MarianMT comparisons, synthetic corpora, the results under docs/) are the lab:
+# `python -m benchmarks.NAME` from a clone, not a subcommand of the wheel.
+COMMANDS = ("train", "translate", "average", "convert", "export", "publish", "tokenizer")
+# What a user's mistake raises (bad values, an invalid config, missing files or models, a missing optional
+# dependency), as opposed to a fault of ours, which keeps its traceback.
+USER_ERRORS = (ValueError, StrictDataclassError, OSError, ImportError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as error:
         if args.debug or os.environ.get("HF_VANILLA_DEBUG", "") not in ("", "0"):
             raise
+        if isinstance(error, StrictDataclassError) and error.__cause__:  # a config's check: its own message
+            error = error.__cause__
         message = " ".join(str(error).split()) or type(error).__name__  # one line, however the error was written
         sys.stderr.write(f"hf-vanilla {args.command}: error: {message}\n")
         sys.exit(2)

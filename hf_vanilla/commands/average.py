@@ -19,8 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
-
     from ..training.averaging import average_checkpoints, checkpoint_folders
 
     folders = list(args.checkpoints)

@@ -27,8 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
-
     from ..loading import load_model
 
     if args.engine == "onnx" and args.quantization:

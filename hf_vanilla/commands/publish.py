@@ -31,8 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    import hf_vanilla  # noqa: F401  (registers the model with the Auto classes)
-
     from ..hub import CardInfo, dry_run, load_hyperparameters, push_folder, write_hub_folder
     from ..loading import load_model
 

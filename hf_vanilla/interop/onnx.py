@@ -93,7 +93,7 @@ class EncoderGraph(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        keys_values = [attention._project_key_value(hidden_states, cache) for attention in self.cross_attentions]
+        keys_values = [attention.project_key_value(hidden_states, cache) for attention in self.cross_attentions]
         return hidden_states, keys_values
 
 

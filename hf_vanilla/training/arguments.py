@@ -2,7 +2,7 @@
 with a YAML file for defaults."""
 
 import argparse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
@@ -99,6 +99,11 @@ def resume_point(value: str | None) -> str | bool | None:
     return value
 
 
+def option_names(parser: HfArgumentParser) -> set[str]:
+    """Every option the parser reads: the fields of its dataclasses (each is `--name`, and a recipe YAML key)."""
+    return {option.name for arguments in parser.dataclass_types for option in fields(arguments) if option.init}
+
+
 def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
     """`--config recipe.yaml` supplies defaults; every recipe or `Seq2SeqTrainingArguments` field can override."""
     import yaml
@@ -113,7 +118,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
     )
     if known.config:
         values = yaml.safe_load(Path(known.config).read_text()) or {}
-        unknown = set(values) - {action.dest for action in parser._actions}
+        unknown = set(values) - option_names(parser)
         if unknown:
             raise ValueError(f"{known.config}: unknown keys {sorted(unknown)}; see `hf-vanilla train --help`.")
         parser.set_defaults(**values)
