@@ -362,7 +362,7 @@ def load_parallel_corpus(
     return datasets.DatasetDict(_as_pairs(corpus, source_language, target_language, description))
 
 
-def _plain_arrow_files(dataset) -> list[str] | None:
+def arrow_files(dataset) -> list[str] | None:
     """The Arrow files whose rows, read in order, are exactly `dataset`'s; None for anything else (a slice, a
     selection of rows, columns from several files, a table in memory)."""
     from datasets.table import ConcatenationTable, MemoryMappedTable
@@ -385,7 +385,7 @@ def arrow_batches(dataset, columns: list[str]) -> Iterator[pa.RecordBatch | pa.T
     reads: a pass over the corpus then holds one batch, where iterating the memory-mapped table leaves every page
     it touched mapped into the process (a WMT-size corpus's RSS grew by the corpus). Datasets that are not plain
     files go through the memory map."""
-    files = _plain_arrow_files(dataset)
+    files = arrow_files(dataset)
     if files is None:
         yield from dataset.with_format("arrow").select_columns(columns).iter(batch_size=ARROW_BATCH_ROWS)
         return

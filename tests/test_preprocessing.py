@@ -3,15 +3,24 @@ between processes: each against the tokenizer itself, a plain reference loop, or
 
 import json
 import os
+import pickle
+import sys
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pytest
 from accelerate.data_loader import BatchSamplerShard
 
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler, preprocessing
-from hf_vanilla.training.preprocessing import prepare_tokenizer, sample_sentences, tokenize_corpus
+from hf_vanilla.training.preprocessing import (
+    TokenizedRows,
+    prepare_tokenizer,
+    sample_sentences,
+    tokenize_corpus,
+    training_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +151,36 @@ def test_forty_million_pairs_are_batched_as_arrays(monkeypatch):
     sampler = TokenBudgetBatchSampler(lengths, lengths, max_tokens=4096, seed=0)
     assert sampler.order.dtype == np.int32 and sampler.order.nbytes == 4 * 400_000
     assert sampler.bounds[-1] == 400_000 and json.dumps(sampler.bounds[:3].tolist())
+
+
+def test_training_rows_are_read_from_the_cache_files_without_mapping_them(
+    corpus, small_tokenizer, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(preprocessing, "ARROW_BATCH_ROWS", 64)  # several record batches in each of two files
+    monkeypatch.setattr(preprocessing, "ENCODE_ROWS", 100)
+    monkeypatch.setattr(preprocessing, "MIN_PAIRS_PER_WORKER", 1000)
+    tokenized = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=2).splits["train"]
+    rows = training_rows(tokenized)
+    assert isinstance(rows, TokenizedRows) and len(rows.files) == 2 and len(rows.layout) > 4
+    expected = tokenized.select_columns(["input_ids", "labels"])
+    assert len(rows) == len(expected) and [rows[i] for i in range(len(rows))] == expected.to_list()
+    with pytest.raises(IndexError):
+        rows[len(rows)]
+    again = pickle.loads(pickle.dumps(rows))  # what a DataLoader worker that is not forked gets
+    assert again[len(rows) - 1] == expected[len(rows) - 1]
+    # anything else (a dataset in memory) is read through its own columns
+    in_memory = datasets.Dataset.from_dict({"input_ids": [[5, 6]], "labels": [[7]], "source_length": [2]})
+    assert training_rows(in_memory).to_list() == [{"input_ids": [5, 6], "labels": [7]}]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
+def test_reading_training_rows_leaves_no_file_mapped(tmp_path):
+    path = tmp_path / "pairs.arrow"
+    ids = pa.large_list(pa.uint16())
+    table = pa.table({"input_ids": pa.array([[1, 2, 3], [4]], ids), "labels": pa.array([[5], [6, 7]], ids)})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    rows = TokenizedRows([str(path)])
+    assert [rows[0], rows[1]] == [{"input_ids": [1, 2, 3], "labels": [5]}, {"input_ids": [4], "labels": [6, 7]}]
+    with open("/proc/self/maps") as maps:
+        assert str(path) not in maps.read()

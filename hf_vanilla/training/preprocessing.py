@@ -31,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..data import ARROW_BATCH_ROWS, arrow_batches
+from ..data import ARROW_BATCH_ROWS, arrow_batches, arrow_files
 from ..tokenization import CorpusEncoder, train_bpe_tokenizer
 
 
@@ -152,6 +153,89 @@ def length_columns(tokenized) -> tuple[np.ndarray, np.ndarray]:
     pairs, and its numpy formatting held ~40 bytes a pair on the way)."""
     table = tokenized.with_format("arrow").select_columns(["source_length", "target_length"])[:]
     return table.column("source_length").to_numpy(), table.column("target_length").to_numpy()
+
+
+class TokenizedRows(TorchDataset):
+    """The `input_ids` and `labels` of tokenized pairs, read from the cache's Arrow files with `os.pread` at each
+    access: what the training batches read.
+
+    A memory-mapped table (what `datasets` gives) puts the page cache around every row read into the process, and
+    this kernel maps whole large folios (~400 KB a random row here): the first few batches of random pairs made
+    hundreds of MB of a WMT-size corpus resident. Reading the rows holds only them. Opening walks the files' record
+    batches through a memory map that it closes again, keeping where each batch's buffers lie (a few per 32k rows).
+    """
+
+    def __init__(self, files: list[str], columns: tuple[str, ...] = ("input_ids", "labels")):
+        self.files, self.columns = list(files), columns
+        self.layout: list[tuple[int, list[tuple[int, int, np.dtype]]]] = []  # per record batch: file, column buffers
+        first_rows, rows = [], 0
+        for number, path in enumerate(self.files):
+            with pa.memory_map(path) as source:
+                start = source.read_buffer(1).address  # where the file begins in this mapping
+                source.seek(0)
+                for batch in pa.ipc.open_stream(source):
+                    buffers = [self._buffer_positions(batch.column(name), start, path) for name in columns]
+                    self.layout.append((number, buffers))
+                    first_rows.append(rows)
+                    rows += batch.num_rows
+        self.first_rows, self.rows = np.asarray(first_rows, dtype=np.int64), rows
+        self._descriptors: dict[int, int] = {}
+        self._pid = None
+
+    @staticmethod
+    def _buffer_positions(column: pa.Array, start: int, path: str) -> tuple[int, int, np.dtype]:
+        """File positions of a list column's offsets (int64) and values, and the values' dtype."""
+        if not pa.types.is_large_list(column.type) or column.null_count:
+            raise ValueError(f"{path}: expected a large_list column without nulls, got {column.type}.")
+        _, offsets, _, values = column.buffers()
+        dtype = np.dtype(column.type.value_type.to_pandas_dtype())
+        return (
+            offsets.address - start + 8 * column.offset,
+            values.address - start + dtype.itemsize * column.values.offset,
+            dtype,
+        )
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        if not 0 <= index < self.rows:
+            raise IndexError(f"row {index} of {self.rows}")
+        batch = int(np.searchsorted(self.first_rows, index, side="right")) - 1
+        number, buffers = self.layout[batch]
+        descriptor, local = self._descriptor(number), index - int(self.first_rows[batch])
+        row = {}
+        for name, (offsets, values, dtype) in zip(self.columns, buffers, strict=True):
+            first, last = np.frombuffer(os.pread(descriptor, 16, offsets + 8 * local), dtype=np.int64).tolist()
+            data = os.pread(descriptor, (last - first) * dtype.itemsize, values + first * dtype.itemsize)
+            row[name] = np.frombuffer(data, dtype=dtype).tolist()
+        return row
+
+    def _descriptor(self, number: int) -> int:
+        if self._pid != os.getpid():  # a DataLoader worker forked from the process that opened them
+            self._descriptors, self._pid = {}, os.getpid()
+        if number not in self._descriptors:
+            self._descriptors[number] = os.open(self.files[number], os.O_RDONLY)
+        return self._descriptors[number]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_descriptors": {}, "_pid": None}
+
+    def __del__(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            for descriptor in self._descriptors.values():
+                os.close(descriptor)
+
+
+def training_rows(tokenized, columns: tuple[str, ...] = ("input_ids", "labels")):
+    """What the training batches read: `TokenizedRows` over the files of a tokenized split from the cache, or the
+    split's own columns for anything else (a dataset in memory; a system without `os.pread`)."""
+    files = arrow_files(tokenized)
+    schema = tokenized.features.arrow_schema
+    lists = all(pa.types.is_large_list(schema.field(name).type) for name in columns)
+    if files is None or not lists or not hasattr(os, "pread"):
+        return tokenized.select_columns(list(columns))
+    return TokenizedRows(files, columns)
 
 
 def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
