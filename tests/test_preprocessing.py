@@ -184,3 +184,16 @@ def test_reading_training_rows_leaves_no_file_mapped(tmp_path):
     assert [rows[0], rows[1]] == [{"input_ids": [1, 2, 3], "labels": [5]}, {"input_ids": [4], "labels": [6, 7]}]
     with open("/proc/self/maps") as maps:
         assert str(path) not in maps.read()
+
+
+@pytest.mark.parametrize("pairs, chunk", [(1000, 64), (50_000, 4096), (50_000, 1 << 20)])
+def test_the_chunked_counting_sort_is_the_stable_argsort_of_the_seeded_permutation(pairs, chunk, monkeypatch):
+    from hf_vanilla.training import batching
+
+    monkeypatch.setattr(batching, "SORT_CHUNK", chunk)
+    lengths = np.random.default_rng(1).integers(1, 300, pairs).astype(np.uint16)
+    shuffled = np.arange(pairs, dtype=np.int32)
+    np.random.default_rng(5).shuffle(shuffled)
+    expected = shuffled[np.argsort(lengths[shuffled], kind="stable")]
+    order = batching.length_sorted_order(lengths, seed=5)
+    assert order.dtype == np.int32 and np.array_equal(order, expected)
