@@ -156,7 +156,7 @@ def test_forty_million_pairs_are_batched_as_arrays(monkeypatch):
 def test_training_rows_are_read_from_the_cache_files_without_mapping_them(
     corpus, small_tokenizer, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(preprocessing, "ARROW_BATCH_ROWS", 64)  # several record batches in each of two files
+    monkeypatch.setattr(preprocessing, "TOKENIZED_BATCH_ROWS", 64)  # several record batches in each of two files
     monkeypatch.setattr(preprocessing, "ENCODE_ROWS", 100)
     monkeypatch.setattr(preprocessing, "MIN_PAIRS_PER_WORKER", 1000)
     tokenized = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=2).splits["train"]

@@ -35,7 +35,7 @@ from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..data import ARROW_BATCH_ROWS, arrow_batches, arrow_files
+from ..data import arrow_batches, arrow_files
 from ..tokenization import CorpusEncoder, train_bpe_tokenizer
 
 
@@ -46,6 +46,9 @@ MANIFEST = "hf_vanilla.json"  # written last: a tokenized folder holding it is c
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
 ENCODE_ROWS = 2000  # pairs encoded at a time
+# Rows per record batch of the tokenized files (~20 MB of ids): opening a file reads every batch's header, and this
+# kernel maps a large folio (~400 KB) around each; the worker that writes holds one batch.
+TOKENIZED_BATCH_ROWS = 1 << 17
 
 
 def default_cache_dir() -> Path:
@@ -321,7 +324,7 @@ def _encode_range(
     dataset, start: int, stop: int, path: Path, encoders: tuple, max_length: int | None, progress=None
 ) -> int:
     """Pairs `start` to `stop` of `dataset` encoded into the Arrow file `path`, in record batches of
-    `ARROW_BATCH_ROWS` rows (so that opening it reads few headers); returns how many pairs the limit kept."""
+    `TOKENIZED_BATCH_ROWS` rows (so that opening it reads few headers); returns how many pairs the limit kept."""
     progress = progress or _count_in_shared_total
     schema, pending, position, kept = _schema(encoders[0], max_length), [], 0, 0
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
@@ -332,7 +335,7 @@ def _encode_range(
                 rows = min(ENCODE_ROWS, last - offset)
                 pending.append(encode_pairs(batch.slice(offset, rows), *encoders, max_length))
                 progress(rows)
-                if sum(table.num_rows for table in pending) >= ARROW_BATCH_ROWS:
+                if sum(table.num_rows for table in pending) >= TOKENIZED_BATCH_ROWS:
                     kept += _write_batch(writer, pending)
             if position >= stop:
                 break

@@ -79,9 +79,9 @@ def build_model(
 
 @dataclass
 class PreparedData:
-    """The raw corpus (its test split feeds the report), the tokenizer and the tokenized corpus."""
+    """The raw evaluation splits (the test split feeds the report), the tokenizer and the tokenized corpus."""
 
-    corpus: "object"  # datasets.DatasetDict of source/target strings
+    corpus: "object"  # datasets.DatasetDict of source/target strings, without the training split
     tokenizer: PreTrainedTokenizerBase
     tokenized: TokenizedCorpus
 
@@ -125,7 +125,10 @@ def prepare_data(
             corpus, tokenizer, recipe.max_length, cache_dir, num_workers=recipe.preprocessing_num_workers
         )
         clock.lap(f"tokenizing ({'built' if tokenized.built else 'opened'} {tokenized.path})")
-    return PreparedData(corpus, tokenizer, tokenized)
+    # The raw training split is not kept: only the tokenized one is read from here on, and its memory map would keep
+    # the pages its opening touched (a record batch header every 32k pairs) in the process for the whole run.
+    evaluation_splits = {split: pairs for split, pairs in corpus.items() if split != "train"}
+    return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
 
 
 def recipe_metric(recipe: RecipeArguments) -> TranslationMetric:
