@@ -165,7 +165,7 @@ class TokenizedRows(TorchDataset):
     A memory-mapped table (what `datasets` gives) puts the page cache around every row read into the process, and
     this kernel maps whole large folios (~400 KB a random row here): the first few batches of random pairs made
     hundreds of MB of a WMT-size corpus resident. Reading the rows holds only them. Opening walks the files' record
-    batches through a memory map that it closes again, keeping where each batch's buffers lie (a few per 32k rows).
+    batches through a memory map that it closes again, keeping where each batch's buffers lie (six numbers a batch).
     """
 
     def __init__(self, files: list[str], columns: tuple[str, ...] = ("input_ids", "labels")):
