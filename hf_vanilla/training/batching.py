@@ -19,7 +19,8 @@ def length_sorted_order(lengths: np.ndarray, seed: int) -> np.ndarray:
     order = np.empty(len(lengths), dtype=index_type)  # allocated first, so it pins no freed temporary below it
     shuffled = np.arange(len(lengths), dtype=index_type)
     np.random.default_rng(seed).shuffle(shuffled)
-    next_slot = np.cumsum(np.bincount(lengths)) - np.bincount(lengths)  # where each length's run begins in `order`
+    counts = np.bincount(lengths)
+    next_slot = np.cumsum(counts) - counts  # where each length's run begins in `order`
     for start in range(0, len(lengths), SORT_CHUNK):
         members = shuffled[start : start + SORT_CHUNK]
         keys = lengths[members]
