@@ -11,6 +11,8 @@ from .pipeline_vanilla import CUSTOM_PIPELINES
 # False for the copy of this file that `save_pretrained` writes beside the weights, loaded as remote code.
 SERVED_BY_THE_PACKAGE = __name__.split(".")[0] == "hf_vanilla"
 
+LEGACY_TRAINING_FIELDS = ("label_smoothing", "loss_chunk_size")
+
 # The allowed values of the choice fields. Their annotations stay `str`: `@strict` checks a `Literal` before any
 # validator runs, with a message that would replace ours ("`sinusoid_layout` must be one of [...]", which the
 # command line and the tests show).
@@ -81,12 +83,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
         add_final_logits_bias: add a (non-trained) bias buffer to the logits, as MarianMT checkpoints carry.
         source_language / target_language: the language codes the model translates between (`en`, `de`), set by
             the training recipe; with them `pipeline("translation_en_to_de", ...)` finds the model. Both or neither.
-        label_smoothing: ε of §5.4 in the loss `forward(labels=...)` computes (0: the plain cross entropy, as
-            MarianMT). `TokenBudgetSeq2SeqTrainer` sets it from `label_smoothing_factor`.
-        loss_chunk_size: in training, compute that loss this many target positions at a time without the
-            [batch, length, vocab] logits, which `forward` then returns as `None` (`None`: always the logits).
-            `TokenBudgetSeq2SeqTrainer` sets it. Fields of the model rather than arguments of its trainer because
-            under DDP and FSDP only the model's own forward sees the output layer whole (see `loss_in_chunks`).
 
     Invalid values raise when the config is built or saved, through `@strict` as every transformers config: each
     `validate_*` method below is one group of checks, and the message names the field and what it accepts.
@@ -126,8 +122,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     add_final_logits_bias: bool = False
     source_language: str | None = None
     target_language: str | None = None
-    label_smoothing: float | int = 0.0
-    loss_chunk_size: int | None = None
     is_encoder_decoder: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
@@ -137,6 +131,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
+        # Training settings that configs saved by hf_vanilla 0.1 carried: a model holds no training state, and the
+        # loss they set is now an argument of each `forward` call.
+        for name in LEGACY_TRAINING_FIELDS:
+            kwargs.pop(name, None)
         if SERVED_BY_THE_PACKAGE:
             # A saved folder's `custom_pipelines` are for Pythons without hf_vanilla; here `import hf_vanilla` serves
             # those tasks, and `pipeline()` would otherwise demand `trust_remote_code` for them. `to_dict` writes
@@ -216,12 +214,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
             is_code = isinstance(code, str) and code[:1].isalpha() and code.replace("-", "").isalpha()
             if code is not None and not is_code:
                 raise ValueError(f"`{name}` must be a language code such as 'en' or 'pt-BR', got {code!r}.")
-
-    def validate_loss(self) -> None:
-        if isinstance(self.label_smoothing, bool) or not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
-        if self.loss_chunk_size is not None and self.loss_chunk_size <= 0:
-            raise ValueError(f"`loss_chunk_size` must be a positive integer or None, got {self.loss_chunk_size!r}.")
 
     @property
     def translation_task(self) -> str | None:

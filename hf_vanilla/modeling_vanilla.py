@@ -67,8 +67,9 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_values: bool = True) -> None:
     """Fail early and clearly on ids an embedding cannot look up, instead of a cryptic index error. The range check
-    (`check_values`) reads the ids on the host: on a GPU that waits for the device, so it runs where ids come in (the
-    source, a decoder's first step, teacher forcing), not at every cached decoding step, whose ids the model chose."""
+    (`check_values`) reads the ids back to the host, which on an accelerator waits for the device: it runs where ids
+    come in from a caller (the source and the first decoder step of an inference forward or `generate` call), never in
+    a training step or at a cached decoding step, whose ids the model chose."""
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise TypeError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}; cast with `.long()`.")
     if input_ids.dim() != 2:
@@ -77,7 +78,7 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_v
         raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}); pass at least one token per row.")
     if is_torchdynamo_compiling() or not check_values:
         return
-    low, high = input_ids.min().item(), input_ids.max().item()
+    low, high = torch.stack(input_ids.aminmax()).tolist()  # one read back, not two
     if low < 0 or high >= vocab_size:
         raise ValueError(
             f"`{name}` holds ids in [{low}, {high}], but the vocabulary is [0, {vocab_size - 1}]; the tokenizer "
@@ -86,14 +87,15 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_v
         )
 
 
-def check_labels(labels: torch.Tensor, vocab_size: int) -> None:
-    """Labels are target ids or -100 (ignored); anything else would fail deep inside the loss."""
+def check_labels(labels: torch.Tensor, vocab_size: int, check_values: bool = True) -> None:
+    """Labels are target ids or -100 (ignored); anything else would fail deep inside the loss. The range check reads
+    the labels back to the host, so it runs outside training only (see `check_token_ids`)."""
     if labels.is_floating_point() or labels.dim() != 2:
         raise ValueError(
             f"`labels` must be integer ids of shape (batch_size, target_length), got {labels.dtype} "
             f"{tuple(labels.shape)}."
         )
-    if is_torchdynamo_compiling():
+    if is_torchdynamo_compiling() or not check_values:
         return
     invalid = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
     if invalid.any():
@@ -542,8 +544,11 @@ class VanillaStack(VanillaTransformerPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
         if inputs_embeds is None:
+            # Values are read on the host only for a caller's ids (see `check_token_ids`): not in training, where
+            # the trainer checked the tokenizer against the model and a read would stall an accelerator every step.
             first_step = isinstance(past_length, int) and past_length == 0
-            check_token_ids(input_ids, self.embed_tokens.num_embeddings, name, check_values=first_step)
+            check_values = first_step and not self.training
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings, name, check_values=check_values)
             inputs_embeds = self.embed_tokens(input_ids)
         # Scaling after the branch keeps `inputs_embeds=get_input_embeddings()(ids)` identical to `input_ids=ids`.
         positions = self.embed_positions(past_length, inputs_embeds.shape[1])
@@ -839,28 +844,21 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits = logits + self.final_logits_bias.to(logits.dtype)
         return logits
 
-    def loss_in_chunks(self, labels: torch.Tensor | None) -> bool:
-        """Whether `forward` computes the loss `config.loss_chunk_size` positions at a time, without the logits.
-
-        The loss lives in the model, not the trainer, for this path: under DDP and FSDP the output layer's weights
-        are whole, and their gradients synchronised, only inside the wrapped model's forward, so a loss that never
-        materialises the [batch, length, vocab] logits has to be computed here. Training only: evaluation and
-        generation get their logits."""
-        return labels is not None and self.training and self.config.loss_chunk_size is not None
-
     def translation_loss(
         self,
         hidden_states: torch.Tensor,
         logits: torch.Tensor | None,
         labels: torch.Tensor,
         num_items_in_batch: torch.Tensor | int | None,
+        label_smoothing: float,
+        loss_chunk_size: int | None,
     ) -> torch.Tensor:
-        """Mean cross entropy over the labelled positions, label-smoothed by `config.label_smoothing`, or the sum
-        divided by `num_items_in_batch` when the Trainer passes it (exact under gradient accumulation). Labels are
-        aligned with the decoder positions already: the decoder inputs are the labels shifted right."""
-        smoothing = self.config.label_smoothing
+        """Cross entropy summed over the labelled positions (label-smoothed by `label_smoothing`), divided by
+        `num_items_in_batch` when the Trainer passes it (exact under gradient accumulation), else by their count.
+        Labels are aligned with the decoder positions already: the decoder inputs are the labels shifted right.
+        Without `logits`, computed from `hidden_states` `loss_chunk_size` positions at a time."""
         if logits is not None:
-            total = label_smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), smoothing)
+            total = label_smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), label_smoothing)
         else:
             bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
             total = ChunkedLinearCrossEntropy.apply(
@@ -868,8 +866,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 self.lm_head.weight,
                 bias,
                 labels.flatten(),
-                smoothing,
-                self.config.loss_chunk_size,
+                label_smoothing,
+                loss_chunk_size,
             )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()
@@ -898,14 +896,29 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     ) -> Seq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. Without
-            `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy
-            (label-smoothed by `config.label_smoothing`, 0 by default), summed and divided by `num_items_in_batch`
-            when the Trainer passes it (exact under gradient accumulation), else averaged over the valid tokens.
-            In training with `config.loss_chunk_size` set, it is computed that many positions at a time and the
-            logits are returned as `None` (`loss_in_chunks`).
+            `decoder_input_ids`, they are shifted right to make them. The loss is the token-level cross entropy,
+            summed and divided by `num_items_in_batch` when the Trainer passes it (exact under gradient
+            accumulation), else averaged over the labelled tokens: MarianMT's contract.
+
+        Two loss options come through `kwargs`, as the Trainer's `num_items_in_batch` does, for this call only:
+        - `label_smoothing` (`float`, default 0): ε of §5.4, the target mixing the one-hot label with a uniform
+          distribution (the Trainer's `LabelSmoother`);
+        - `loss_chunk_size` (`int`, default None): compute the loss that many target positions at a time without the
+          [batch, length, vocab] logits, which are then returned as `None`.
+        They belong to the call, not the model, so a saved model never carries them; our trainer passes them. The
+        loss is computed here, inside the wrapped model's forward, because under DDP and FSDP only there are the
+        output layer's weights whole and their gradients synchronised. They are not named parameters: the Trainer
+        takes every forward parameter whose name holds "label" for a label column (`find_labels`), and would then
+        skip the loss of every batch that lacks one.
         """
+        label_smoothing = kwargs.pop("label_smoothing", 0.0)
+        loss_chunk_size = kwargs.pop("loss_chunk_size", None)
+        if isinstance(label_smoothing, bool) or not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r}.")
+        if loss_chunk_size is not None and (isinstance(loss_chunk_size, bool) or loss_chunk_size <= 0):
+            raise ValueError(f"`loss_chunk_size` must be a positive integer or None, got {loss_chunk_size!r}.")
         if labels is not None:
-            check_labels(labels, self.config.decoder_vocab_size)
+            check_labels(labels, self.config.decoder_vocab_size, check_values=not self.training)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -923,10 +936,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        logits = None if self.loss_in_chunks(labels) else self.output_logits(hidden_states)
+        skip_logits = labels is not None and loss_chunk_size is not None
+        logits = None if skip_logits else self.output_logits(hidden_states)
         loss = None
         if labels is not None:
-            loss = self.translation_loss(hidden_states, logits, labels, kwargs.get("num_items_in_batch"))
+            loss = self.translation_loss(
+                hidden_states, logits, labels, kwargs.get("num_items_in_batch"), label_smoothing, loss_chunk_size
+            )
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from torch import nn
-from transformers import TrainerControl, TrainerState, TrainingArguments
+from torch.overrides import TorchFunctionMode
+from transformers import MarianConfig, MarianMTModel, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_pt_utils import LabelSmoother
+from transformers.utils import find_labels
 
 from hf_vanilla.modeling_vanilla import (
     ChunkedLinearCrossEntropy,
@@ -20,6 +21,7 @@ from hf_vanilla.training.callbacks import SourceNeglectCallback
 from hf_vanilla.training.metrics import source_use_metrics, source_use_totals
 
 from .conftest import BOS, EOS, PAD, make_model, padded_batch
+from .conftest import TEST_CONFIG as TEST_SIZES
 
 
 def labelled_batch():
@@ -101,13 +103,17 @@ def test_chunked_loss_equals_the_label_smoother_in_value_and_gradients(smoothing
         model.final_logits_bias.normal_()
     batch = labelled_batch()
     expected_loss, expected_gradients = label_smoother_loss_and_gradients(model, batch, smoothing)
-    model.config.label_smoothing = smoothing
     for chunk_size in (None, 1024):
-        model.config.loss_chunk_size = chunk_size
         skip_logits = chunk_size is not None
         input_ids, attention_mask, labels = batch
         model.zero_grad()
-        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            label_smoothing=smoothing,
+            loss_chunk_size=chunk_size,
+        )
         assert (out.logits is None) == skip_logits
         assert torch.allclose(out.loss, expected_loss, atol=1e-6)
         out.loss.backward()
@@ -118,13 +124,19 @@ def test_chunked_loss_equals_the_label_smoother_in_value_and_gradients(smoothing
 
 def test_chunked_loss_under_bf16_autocast_equals_the_label_smoother_within_bf16_tolerance():
     # What `--bf16` does on a CPU: Accelerate runs the forward under bf16 autocast, the chunked loss included.
-    model = make_model(dropout=0.0, vocab_size=200, d_model=64, label_smoothing=0.1, loss_chunk_size=1024).train()
+    model = make_model(dropout=0.0, vocab_size=200, d_model=64).train()
     batch = labelled_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected_loss, expected_gradients = label_smoother_loss_and_gradients(model, batch, 0.1)
         input_ids, attention_mask, labels = batch
         model.zero_grad()
-        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            label_smoothing=0.1,
+            loss_chunk_size=1024,
+        )
     assert out.logits is None and out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
     assert torch.allclose(out.loss, expected_loss, rtol=1e-2)  # bf16 keeps 8 bits of mantissa: ~0.4% per rounding
     out.loss.backward()
@@ -196,28 +208,81 @@ def test_chunks_add_up_to_the_whole_batch(chunk_size):
         assert torch.allclose(got, 3.0 * want, atol=1e-5)  # the incoming gradient scales both
 
 
-def test_chunks_are_for_training_only_and_label_smoothing_is_a_probability():
-    model = make_model(label_smoothing=0.1, loss_chunk_size=16)
+def test_the_loss_options_are_per_call_and_checked():
+    model = make_model().train()
     input_ids, attention_mask, labels = labelled_batch()
-    assert model.eval()(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits is not None
-    assert model.train()(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits is None
-    assert model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels.clamp(min=0)).logits.ndim
-    with pytest.raises(StrictDataclassError, match="label_smoothing"):
-        make_model(label_smoothing=1.0)
-    with pytest.raises(StrictDataclassError, match="loss_chunk_size"):
-        make_model(loss_chunk_size=0)
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert model(**batch).logits is not None  # nothing asked: Marian's contract, in training too
+    assert model(**batch, loss_chunk_size=16).logits is None
+    assert model.eval()(**batch, loss_chunk_size=16).logits is None  # asked for, in any mode
+    for bad in ({"label_smoothing": 1.0}, {"label_smoothing": -0.1}, {"loss_chunk_size": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            model(**batch, **bad)
+    # Options, not label columns: the Trainer computes no loss for batches that lack one of these.
+    assert find_labels(type(model)) == ["labels"]
 
 
-def test_the_trainer_hands_label_smoothing_to_the_model_instead_of_smoothing_the_logits_again(tmp_path):
+def test_the_trainer_asks_the_model_for_the_smoothed_loss_and_leaves_its_config_alone(tmp_path):
     from transformers import Seq2SeqTrainingArguments
 
     from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
 
-    model = make_model()
+    model = make_model(dropout=0.0).train()
+    config_before = model.config.to_dict()
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.1, use_cpu=True, report_to=[])
     trainer = TokenBudgetSeq2SeqTrainer(model=model, args=args, max_tokens=64)
-    assert trainer.label_smoother is None
-    assert (model.config.label_smoothing, model.config.loss_chunk_size) == (0.1, 1024)
+    changed = {key for key, value in model.config.to_dict().items() if config_before.get(key) != value}
+    assert trainer.label_smoother is None and changed <= {"use_cache"}  # the library's own Trainer sets use_cache
+    input_ids, attention_mask, labels = labelled_batch()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    expected, _ = label_smoother_loss_and_gradients(model, (input_ids, attention_mask, labels), 0.1)
+    loss, outputs = trainer.compute_loss(model, dict(inputs), return_outputs=True)
+    assert outputs.logits is None and torch.allclose(loss, expected, atol=1e-6)  # chunked, smoothed
+    model.eval()
+    loss, outputs = trainer.compute_loss(model, dict(inputs), return_outputs=True)
+    assert outputs.logits is not None and torch.allclose(loss, expected, atol=1e-6)  # evaluation keeps its logits
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor-to-Python conversions made under it: on an accelerator each one waits for the device."""
+
+    CONVERSIONS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) in self.CONVERSIONS:
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_a_training_step_reads_no_more_back_to_the_host_than_marianmt(attn_implementation):
+    sizes = {name: TEST_SIZES[name] for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers")}
+    marian = MarianMTModel(
+        MarianConfig(**sizes, encoder_attention_heads=4, decoder_attention_heads=4, pad_token_id=PAD,
+                     decoder_start_token_id=BOS, eos_token_id=EOS, attn_implementation=attn_implementation)
+    )  # fmt: skip
+    ours = make_model(attn_implementation=attn_implementation)
+    input_ids, attention_mask, labels = labelled_batch()
+    reads = {}
+    for name, model, loss_options in (
+        ("ours", ours, {"label_smoothing": 0.1, "loss_chunk_size": 4}),  # what our trainer asks for
+        ("ours, plain loss", ours, {}),
+        ("marian", marian, {}),
+    ):
+        with HostReads() as counter:
+            model.train()(
+                input_ids=input_ids, attention_mask=attention_mask, labels=labels, **loss_options
+            ).loss.backward()
+        reads[name] = len(counter.calls)
+    assert reads["marian"] > 0  # the counter sees the library's own reads (its mask builders' `.all()`)
+    assert reads["ours"] <= reads["marian"] and reads["ours, plain loss"] <= reads["marian"], reads
+    with HostReads() as counter:  # outside training a caller's ids are range-checked, which reads them
+        ours.eval()(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert counter.calls.count("tolist") == 2
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

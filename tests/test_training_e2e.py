@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, pipeline
+from transformers.trainer_pt_utils import LabelSmoother
 
 from .conftest import REMOTE_PIPELINE, run_without_hf_vanilla
+from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,12 +31,27 @@ def run(command: list[str], cwd: Path = ROOT, timeout: int = 600) -> subprocess.
     return result
 
 
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The CI recipe run once by the command, with a data cache of its own (so the BPE and tokenizing run)."""
+    work = tmp_path_factory.mktemp("smoke")
+    output = work / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "hf_vanilla",
+        "train",
+        "--config",
+        "configs/smoke.yaml",
+        "--output_dir",
+        str(output),
+    ]
+    return output, run([*command, "--data_cache_dir", str(work / "data_cache")])
+
+
 @pytest.mark.slow
-def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp_path):
-    output = tmp_path / "run"
-    result = run(
-        [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/smoke.yaml", "--output_dir", str(output)]
-    )
+def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smoke_run, tmp_path):
+    output, result = smoke_run
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
     assert "pin_memory" not in result.stderr  # PyTorch's warning when memory is pinned without a GPU
 
@@ -63,6 +81,73 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(tmp
     tokenizer = AutoTokenizer.from_pretrained(output / "final")
     translation = pipeline("translation", model=model, tokenizer=tokenizer)("A dog runs.", num_beams=2)
     assert isinstance(translation[0]["translation_text"], str)
+
+
+TRAINING_SETTINGS = ("label_smoothing", "loss_chunk_size", "label_smoothing_factor", "learning_rate", "max_tokens")
+
+
+@pytest.mark.slow
+def test_a_trained_model_keeps_transformers_loss_contract_when_reloaded(smoke_run):
+    output, _ = smoke_run
+    for folder in ("final", "averaged", "checkpoint-40"):
+        config = json.loads((output / folder / "config.json").read_text())
+        assert not set(TRAINING_SETTINGS) & set(config), folder
+    model = AutoModelForSeq2SeqLM.from_pretrained(output / "final").train()
+    tokenizer = AutoTokenizer.from_pretrained(output / "final")
+    batch = tokenizer(["A dog runs.", "Two men sit on a bench."], text_target=["Ein Hund.", "Zwei Männer."])
+    batch = tokenizer.pad(batch, return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    torch.manual_seed(0)  # the same dropout masks for both passes
+    outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+    torch.manual_seed(0)
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels),
+    ).logits
+    assert outputs.logits is not None  # in training mode too
+    plain = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert torch.allclose(outputs.loss, plain, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not RUN_TRANSLATION.exists(), reason="upstream run_translation.py is not beside the checkout")
+@pytest.mark.parametrize("smoothing", [None, 0.1])
+def test_run_translation_fine_tunes_a_trained_model_with_the_loss_it_asks_for(smoke_run, tmp_path, smoothing):
+    """transformers' script, unmodified, fine-tunes the model our command trained: its evaluation loss is the
+    library's `LabelSmoother` with `--label_smoothing_factor` and the plain cross entropy without, recomputed here on
+    the fine-tuned weights."""
+    output, _ = smoke_run
+    for split, count in (("train", 32), ("val", 12)):
+        write_json_lines(tmp_path / f"{split}.json", split, count)
+    (tmp_path / "sacrebleu").mkdir()  # the script loads the metric even when it does not generate
+    (tmp_path / "sacrebleu" / "sacrebleu.py").write_text(OFFLINE_SACREBLEU)
+    finetuned = tmp_path / "finetuned"
+    command = [
+        sys.executable, str(RUN_TRANSLATION), "--model_name_or_path", str(output / "final"),
+        "--source_lang", "en", "--target_lang", "de", "--train_file", "train.json", "--validation_file", "val.json",
+        "--trust_remote_code", "--do_train", "--do_eval", "--max_steps", "2", "--per_device_train_batch_size", "8",
+        "--per_device_eval_batch_size", "12", "--output_dir", str(finetuned), "--report_to", "none", "--use_cpu",
+        "--save_strategy", "no",
+    ]  # fmt: skip
+    if smoothing is not None:
+        command += ["--label_smoothing_factor", str(smoothing)]
+    env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert not set(TRAINING_SETTINGS) & set(json.loads((finetuned / "config.json").read_text()))
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(finetuned).eval()
+    tokenizer = AutoTokenizer.from_pretrained(finetuned)
+    rows = [json.loads(line)["translation"] for line in (tmp_path / "val.json").read_text().splitlines()]
+    batch = tokenizer([row["en"] for row in rows], text_target=[row["de"] for row in rows])
+    features = [{name: batch[name][row] for name in batch} for row in range(len(rows))]
+    batch = DataCollatorForSeq2Seq(tokenizer, model=model)(features)
+    with torch.no_grad():
+        outputs = model(**batch)
+    expected = LabelSmoother(epsilon=smoothing)(outputs, batch["labels"]) if smoothing else outputs.loss
+    evaluation = json.loads((finetuned / "eval_results.json").read_text())
+    assert evaluation["eval_loss"] == pytest.approx(expected.item(), abs=1e-4)
 
 
 def launch_two_processes(output: Path, *worker_args: str) -> list[dict]:

@@ -44,20 +44,22 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
-        if isinstance(self.model.config, VanillaTransformerConfig):
-            self._move_label_smoothing_into_the_model()
+        # Our model computes the label-smoothed loss itself, asked per call (`compute_loss`): the library's smoother
+        # would pop the labels and smooth materialised logits.
+        self.loss_in_the_model = isinstance(self.model.config, VanillaTransformerConfig)
+        if self.loss_in_the_model:
+            self.label_smoother = None
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
 
-    def _move_label_smoothing_into_the_model(self) -> None:
-        # The model computes the label-smoothed loss itself, in training a chunk of positions at a time (the same
-        # loss and normalisation as the library's `LabelSmoother`, without the [tokens, vocab] logits, the largest
-        # tensor of a small model's step): `label_smoothing_factor` goes to its config, and the library's smoother,
-        # which would pop the labels and smooth the logits again, is not used.
-        self.model.config.label_smoothing = self.args.label_smoothing_factor
-        if self.model.config.loss_chunk_size is None:
-            self.model.config.loss_chunk_size = LOSS_CHUNK_SIZE
-        self.label_smoother = None
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # The same loss and normalisation as the library's `LabelSmoother`; in training a chunk of positions at a time,
+        # without the [tokens, vocab] logits, the largest tensor of a small model's step. Evaluation keeps its logits.
+        if self.loss_in_the_model:
+            inputs = {**inputs, "label_smoothing": self.args.label_smoothing_factor}
+            if model.training:
+                inputs["loss_chunk_size"] = LOSS_CHUNK_SIZE
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
