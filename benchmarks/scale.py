@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from hf_vanilla.data import BUNDLED_CORPORA, read_lines
+from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
 from hf_vanilla.training.report import hardware_description
 
 
@@ -46,8 +46,8 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> None:
     if (folder / "done").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    english = np.array(read_lines(multi30k / "train.en.gz"), dtype=object)
-    german = np.array(read_lines(multi30k / "train.de.gz"), dtype=object)
+    english = np.array(list(stream_lines(multi30k / "train.en.gz")), dtype=object)
+    german = np.array(list(stream_lines(multi30k / "train.de.gz")), dtype=object)
     rng = np.random.default_rng(seed)
     with open(folder / "train.en", "w") as en, open(folder / "train.de", "w") as de:
         for start in range(0, pairs, 100_000):

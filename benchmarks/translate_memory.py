@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import BUNDLED_CORPORA, read_lines
+from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 from hf_vanilla.training.report import hardware_description
 
@@ -29,7 +29,7 @@ def small_model_folder(folder: Path) -> Path:
     """A 2+2-layer random model over a 2000-entry BPE of Multi30k English that never ends a translation early, saved
     with its tokenizer."""
     multi30k, _ = BUNDLED_CORPORA["multi30k"]
-    tokenizer = train_bpe_tokenizer(read_lines(multi30k / "train.en.gz"), vocab_size=2000, show_progress=False)
+    tokenizer = train_bpe_tokenizer(list(stream_lines(multi30k / "train.en.gz")), vocab_size=2000, show_progress=False)
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
         vocab_size=len(tokenizer),
@@ -53,7 +53,7 @@ def small_model_folder(folder: Path) -> Path:
 def write_input(path: Path, lines: int) -> list[int]:
     """`lines` lines: Multi30k sentences, every 10th blank, line `lines - 5` invalid UTF-8. Returns the blank ones."""
     multi30k, _ = BUNDLED_CORPORA["multi30k"]
-    sentences = read_lines(multi30k / "train.en.gz")
+    sentences = list(stream_lines(multi30k / "train.en.gz"))
     blank = [i for i in range(lines) if i % 10 == 9]
     with open(path, "wb") as handle:
         for i in range(lines):

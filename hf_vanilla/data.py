@@ -39,10 +39,6 @@ BUNDLED_CORPORA = {
     "multi30k": (CORPORA / "multi30k", DEFAULT_PATTERN),
     "multi30k-tok": (CORPORA / "multi30k" / "tok", "{split}.lc.norm.tok.{lang}"),
 }
-# Rows per record batch of the Arrow files we have `datasets` write (its default is 1000). Opening a memory-mapped
-# file reads every batch's header, and each read faults in the pages around it: with 1000-row batches, opening a
-# WMT-size corpus made a quarter of it resident. ~10 MB of rows in memory while writing.
-ARROW_BATCH_ROWS = 1 << 15
 # File formats of dataset repositories and named split files, by suffix: the `datasets` builder that reads each.
 DATASET_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
 ACCEPTED_FORMS = (
@@ -77,21 +73,15 @@ def stream_lines(path: str | Path) -> Iterator[str]:
         yield from (line.strip() for line in decode_lines(handle, str(path)))
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a (small) text file, as `stream_lines` reads them."""
-    return list(stream_lines(path))
-
-
-def iter_lines(paths: list[str | Path]) -> Iterator[str]:
-    """The non-empty lines of several files, in order, one at a time."""
-    for path in paths:
-        yield from (line for line in stream_lines(path) if line)
-
-
-def _file_stamp(path: Path) -> tuple[str, int, int]:
-    """What identifies a file's content for the `datasets` cache: path, size and modification time."""
+def file_stamp(path: Path) -> tuple[str, int, int]:
+    """What identifies a file's content for a cache: path, size and modification time."""
     stat = path.stat()
     return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def cache_key(**parts) -> str:
+    """A short hash of `parts` (JSON-serialisable values): the name of a cache entry built from them."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _load_local(path: Path, *args, **kwargs):
@@ -102,10 +92,9 @@ def _load_local(path: Path, *args, **kwargs):
     import datasets
 
     files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    stamps = [_file_stamp(file) for file in files if file.is_file()]
-    key = hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:24]
+    key = cache_key(files=[file_stamp(file) for file in files if file.is_file()])
     cache_dir = Path(datasets.config.HF_DATASETS_CACHE) / "hf_vanilla" / "local" / key
-    return datasets.load_dataset(*args, cache_dir=str(cache_dir), writer_batch_size=ARROW_BATCH_ROWS, **kwargs)
+    return datasets.load_dataset(*args, cache_dir=str(cache_dir), **kwargs)
 
 
 def aligned_text_pairs(source_path: str, target_path: str, stamps: tuple) -> Iterator[dict[str, str]]:
@@ -147,9 +136,7 @@ def _from_generator(generator, split: str, **gen_kwargs):
     import datasets
 
     try:
-        return datasets.Dataset.from_generator(
-            generator, gen_kwargs=gen_kwargs, split=split, writer_batch_size=ARROW_BATCH_ROWS
-        )
+        return datasets.Dataset.from_generator(generator, gen_kwargs=gen_kwargs, split=split)
     except datasets.exceptions.DatasetGenerationError as error:
         if isinstance(error.__cause__, ValueError):
             raise error.__cause__ from None
@@ -181,7 +168,7 @@ def _text_folder(folder: Path, source_language: str, target_language: str, patte
             raise FileNotFoundError(
                 f"No {split} file for language '{language}' in {folder} (looked for {looked_for})."
             )
-        stamps = (_file_stamp(source), _file_stamp(target))
+        stamps = (file_stamp(source), file_stamp(target))
         corpus[split] = _from_generator(
             aligned_text_pairs, split, source_path=str(source), target_path=str(target), stamps=stamps
         )
@@ -189,7 +176,7 @@ def _text_folder(folder: Path, source_language: str, target_language: str, patte
 
 
 def _tsv_file(path: Path, split: str):
-    return _from_generator(tsv_pairs, split, path=str(path), stamp=_file_stamp(path))
+    return _from_generator(tsv_pairs, split, path=str(path), stamp=file_stamp(path))
 
 
 def _tsv_folder(folder: Path, splits) -> dict:
@@ -262,7 +249,6 @@ def _as_pairs(loaded: dict, source_language: str, target_language: str, descript
                 select_pair,
                 batched=True,
                 batch_size=10_000,
-                writer_batch_size=ARROW_BATCH_ROWS,
                 fn_kwargs={"source_path": source_path, "target_path": target_path},
                 remove_columns=dataset.column_names,
                 desc=f"{split}: {source_language}-{target_language} pairs",
@@ -348,7 +334,7 @@ def load_parallel_corpus(
         raise FileNotFoundError(f"--data {location}: not a folder. Accepted: {ACCEPTED_FORMS}.")
     else:
         try:
-            loaded = datasets.load_dataset(str(location), config, writer_batch_size=ARROW_BATCH_ROWS)
+            loaded = datasets.load_dataset(str(location), config)
         except (ConnectionError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as error:
             raise ValueError(
                 f"--data {location}: no such local folder, and the Hub dataset could not be loaded ({error}). "
@@ -360,36 +346,3 @@ def load_parallel_corpus(
         if limit and split in corpus:
             corpus[split] = corpus[split].select(range(min(limit, len(corpus[split]))))
     return datasets.DatasetDict(_as_pairs(corpus, source_language, target_language, description))
-
-
-def arrow_files(dataset) -> list[str] | None:
-    """The Arrow files whose rows, read in order, are exactly `dataset`'s; None for anything else (a slice, a
-    selection of rows, columns from several files, a table in memory)."""
-    from datasets.table import ConcatenationTable, MemoryMappedTable
-
-    table = dataset.data
-    rows = table.blocks if isinstance(table, ConcatenationTable) else [[table]]
-    if any(len(row) != 1 for row in rows) or len(dataset.cache_files) != len(rows) or table.num_rows != len(dataset):
-        return None  # columns side by side, or an indices mapping (its file is among the cache files)
-    blocks = [row[0] for row in rows]
-    if not all(isinstance(block, MemoryMappedTable) for block in blocks):
-        return None
-    # Operations replayed on the file's table (a slice, a cast): only a schema's metadata leaves its rows as they are.
-    if any(name != "replace_schema_metadata" for block in blocks for name, *_ in block.replays):
-        return None
-    return [block.path for block in blocks]
-
-
-def arrow_batches(dataset, columns: list[str]) -> Iterator[pa.RecordBatch | pa.Table]:
-    """The `columns` of `dataset`'s rows in order, a record batch at a time, read from its Arrow files with ordinary
-    reads: a pass over the corpus then holds one batch, where iterating the memory-mapped table leaves every page
-    it touched mapped into the process (a WMT-size corpus's RSS grew by the corpus). Datasets that are not plain
-    files go through the memory map."""
-    files = arrow_files(dataset)
-    if files is None:
-        yield from dataset.with_format("arrow").select_columns(columns).iter(batch_size=ARROW_BATCH_ROWS)
-        return
-    for path in files:
-        with pa.OSFile(path) as handle:
-            for batch in pa.ipc.open_stream(handle):
-                yield batch.select(columns)

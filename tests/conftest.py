@@ -11,7 +11,7 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import BUNDLED_CORPORA, read_lines
+from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
 
@@ -84,7 +84,7 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture(scope="session")
 def small_tokenizer():
     """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
-    lines = read_lines(MULTI30K / "train.en.gz")[:2000] + read_lines(MULTI30K / "train.de.gz")[:2000]
+    lines = list(stream_lines(MULTI30K / "train.en.gz"))[:2000] + list(stream_lines(MULTI30K / "train.de.gz"))[:2000]
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
 
 

@@ -104,7 +104,7 @@ def marian_tokenizer(tmp_path_factory):
     spm = pytest.importorskip("sentencepiece")
     from transformers import MarianTokenizer
 
-    from hf_vanilla.data import read_lines
+    from hf_vanilla.data import stream_lines
 
     from .conftest import MULTI30K
 
@@ -112,7 +112,7 @@ def marian_tokenizer(tmp_path_factory):
     pieces = set()
     for name, language in (("source", "en"), ("target", "de")):
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(read_lines(MULTI30K / f"train.{language}.gz")[:2000]),
+            sentence_iterator=iter(list(stream_lines(MULTI30K / f"train.{language}.gz"))[:2000]),
             model_prefix=str(folder / name),
             vocab_size=200,
             model_type="unigram",
@@ -129,6 +129,15 @@ def marian_tokenizer(tmp_path_factory):
     return MarianTokenizer(
         vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm")
     )
+
+
+def test_a_tokenizer_with_a_target_mode_encodes_targets_through_its_own_call(marian_tokenizer):
+    from hf_vanilla.training.preprocessing import encode_texts
+
+    texts = ["A dog runs.", "Zwei Männer stehen am Strand."]
+    sources, targets = encode_texts(marian_tokenizer, texts), encode_texts(marian_tokenizer, texts, as_target=True)
+    assert sources == marian_tokenizer(texts)["input_ids"]
+    assert targets == marian_tokenizer(text_target=texts)["input_ids"] and targets != sources  # its target model
 
 
 def marian_for(tokenizer, seed: int) -> MarianMTModel:

@@ -8,8 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hf_vanilla import data
-from hf_vanilla.data import arrow_batches, load_parallel_corpus, read_lines
+from hf_vanilla.data import load_parallel_corpus, stream_lines
 
 
 SPLIT_PAIRS = {
@@ -85,7 +84,7 @@ def test_misaligned_files_name_both_files_and_counts(tmp_path):
 def test_invalid_utf8_names_the_line(tmp_path):
     write(tmp_path / "bad.de.gz", "gut\nschön\n".encode() + b"\xff\xfe kaputt\n")
     with pytest.raises(ValueError, match=r"bad\.de\.gz: line 3 is not valid UTF-8"):
-        read_lines(tmp_path / "bad.de.gz")
+        list(stream_lines(tmp_path / "bad.de.gz"))
     for split in ("train", "val", "test"):
         write(tmp_path / f"{split}.en", b"a\nb\nc\n")
         write(tmp_path / f"{split}.de.gz", "gut\nschön\n".encode() + b"\xff\xfe kaputt\n")
@@ -231,60 +230,3 @@ def test_limits_keep_the_first_pairs(tmp_path):
     make_wmt14_like(tmp_path / "wmt14")
     corpus = load_parallel_corpus(tmp_path / "wmt14", "en", "de", config="de-en", max_examples={"train": 2})
     assert corpus["train"]["source"] == expected("train")["source"][:2]
-
-
-def streamed(dataset) -> list[str]:
-    return [source for batch in arrow_batches(dataset, ["source"]) for source in batch.column("source").to_pylist()]
-
-
-def test_a_pass_over_the_corpus_reads_its_files_as_a_stream_and_gives_the_datasets_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "ARROW_BATCH_ROWS", 4)  # so that 30 pairs span several record batches and files
-    pairs = [(f"source {i}", f"target {i}") for i in range(30)]
-    write(tmp_path / "text" / "train.en", "".join(f"{en}\n" for en, _ in pairs).encode())
-    write(tmp_path / "text" / "train.de", "".join(f"{de}\n" for _, de in pairs).encode())
-    make_wmt14_like(tmp_path / "wmt14", {"train": pairs * 2, "validation": pairs, "test": pairs})
-    text = load_parallel_corpus(tmp_path / "text", "en", "de", splits=("train",))["train"]
-    repository = load_parallel_corpus(tmp_path / "wmt14", "en", "de", config="de-en", splits=("train",))["train"]
-    two_files = datasets.concatenate_datasets([text, text.select_columns(["source", "target"]).flatten_indices()])
-    sources = [en for en, _ in pairs]
-    record_batches = [batch.num_rows for batch in arrow_batches(text, ["source"])]
-    assert record_batches == [4] * 7 + [2], "the files were written in ARROW_BATCH_ROWS batches"
-    read = []
-    monkeypatch.setattr(pa, "OSFile", lambda path: read.append(path) or open(path, "rb"))
-    assert streamed(text) == sources and streamed(repository) == sources * 2 and streamed(two_files) == sources * 2
-    assert len(read) == 4, "each of the four Arrow files read as a stream, once"
-    monkeypatch.undo()
-    # Anything that is not the files' rows in order goes through the memory map, in the dataset's own order.
-    assert streamed(text.select(range(3, 9))) == sources[3:9]
-    shuffled = text.shuffle(seed=0)
-    assert streamed(shuffled) == shuffled["source"] != sources
-    assert streamed(text.select_columns(["source"])) == sources
-    assert streamed(datasets.Dataset.from_dict({"source": sources})) == sources
-
-
-def test_columns_without_the_languages_and_null_rows_are_clear_errors(tmp_path):
-    for split in SPLIT_PAIRS:
-        write_jsonl(tmp_path / "a" / f"{split}.jsonl", [{"text": "x", "label": 1}])
-        write_jsonl(
-            tmp_path / "b" / f"{split}.jsonl", [*translation_rows(split), {"translation": {"en": "x", "de": None}}]
-        )
-    with pytest.raises(
-        ValueError, match=r"no 'translation' column and no 'en'/'de' columns \(columns: \['text', 'label'\]\)"
-    ):
-        load_parallel_corpus(tmp_path / "a", "en", "de")
-    with pytest.raises(ValueError, match=r"translation\.de has 1 empty \(null\) rows"):
-        load_parallel_corpus(tmp_path / "b", "en", "de")
-
-
-def test_a_repository_without_a_split_names_the_ones_it_has(tmp_path):
-    write_jsonl(tmp_path / "train.jsonl", translation_rows("train"))
-    with pytest.raises(
-        ValueError, match=r"has no validation split \(it has \['train'\]\); give one with --validation_file"
-    ):
-        load_parallel_corpus(tmp_path, "en", "de")
-
-
-def test_an_unreachable_hub_id_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    with pytest.raises(ValueError, match="no such local folder, and the Hub dataset could not be loaded"):
-        load_parallel_corpus("no-such-user/no-such-dataset", "en", "de")

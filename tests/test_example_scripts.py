@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import read_lines
+from hf_vanilla.data import stream_lines
 
 from .conftest import EOS, MULTI30K, PAD, REMOTE_PIPELINE, padded_batch, run_without_hf_vanilla
 
@@ -23,7 +23,8 @@ OFFLINE_SACREBLEU = "from hf_vanilla.training.metrics import TranslationMetric a
 
 
 def write_json_lines(path: Path, split: str, count: int) -> None:
-    sources, targets = read_lines(MULTI30K / f"{split}.en.gz")[:count], read_lines(MULTI30K / f"{split}.de.gz")[:count]
+    sources = list(stream_lines(MULTI30K / f"{split}.en.gz"))[:count]
+    targets = list(stream_lines(MULTI30K / f"{split}.de.gz"))[:count]
     rows = [{"translation": {"en": en, "de": de}} for en, de in zip(sources, targets, strict=True)]
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
 

@@ -1,26 +1,17 @@
 """The corpus tokenized once into an on-disk cache, the BPE learnt from a sample, and token-budget batches split
 between processes: each against the tokenizer itself, a plain reference loop, or Accelerate's own sharding."""
 
-import json
 import os
-import pickle
-import sys
 
 import datasets
 import numpy as np
-import pyarrow as pa
 import pytest
 from accelerate.data_loader import BatchSamplerShard
 
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler, preprocessing
-from hf_vanilla.training.preprocessing import (
-    TokenizedRows,
-    prepare_tokenizer,
-    sample_sentences,
-    tokenize_corpus,
-    training_rows,
-)
+from hf_vanilla.training.batching import length_sorted_order
+from hf_vanilla.training.preprocessing import prepare_tokenizer, sample_sentences, tokenize_corpus
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +51,7 @@ def test_a_second_run_opens_the_cache_and_a_change_of_limit_or_data_builds_anoth
     assert other_limit.built and other_limit.path != first.path and other_limit.dropped == 0
     fewer = datasets.DatasetDict({**corpus, "train": corpus["train"].select(range(100))})
     assert tokenize_corpus(fewer, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1).built
-    assert not list(tmp_path.glob("tokenized/*incomplete*")), "nothing half-written is left behind"
+    assert not list(tmp_path.glob("tokenized/*/tmp*")), "nothing half-written is left behind"
 
 
 def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer, tmp_path, monkeypatch):
@@ -144,56 +135,21 @@ def test_more_processes_than_pairs_can_fill_is_a_clear_error():
         TokenBudgetBatchSampler([5], [5], max_tokens=64, num_shards=2)
 
 
-def test_forty_million_pairs_are_batched_as_arrays(monkeypatch):
+def test_the_sampler_keeps_one_int32_index_per_pair_and_no_python_lists():
     # The memory the sampler keeps: one int32 index per pair and one int64 bound per batch, no Python lists.
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 80, 400_000).astype(np.int32)
     sampler = TokenBudgetBatchSampler(lengths, lengths, max_tokens=4096, seed=0)
     assert sampler.order.dtype == np.int32 and sampler.order.nbytes == 4 * 400_000
-    assert sampler.bounds[-1] == 400_000 and json.dumps(sampler.bounds[:3].tolist())
+    assert sampler.bounds.dtype == np.int64 and sampler.bounds[-1] == 400_000
 
 
-def test_training_rows_are_read_from_the_cache_files_without_mapping_them(
-    corpus, small_tokenizer, tmp_path, monkeypatch
-):
-    monkeypatch.setattr(preprocessing, "TOKENIZED_BATCH_ROWS", 64)  # several record batches in each of two files
-    monkeypatch.setattr(preprocessing, "ENCODE_ROWS", 100)
-    monkeypatch.setattr(preprocessing, "MIN_PAIRS_PER_WORKER", 1000)
-    tokenized = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=2).splits["train"]
-    rows = training_rows(tokenized)
-    assert isinstance(rows, TokenizedRows) and len(rows.files) == 2 and len(rows.layout) > 4
-    expected = tokenized.select_columns(["input_ids", "labels"])
-    assert len(rows) == len(expected) and [rows[i] for i in range(len(rows))] == expected.to_list()
-    with pytest.raises(IndexError):
-        rows[len(rows)]
-    again = pickle.loads(pickle.dumps(rows))  # what a DataLoader worker that is not forked gets
-    assert again[len(rows) - 1] == expected[len(rows) - 1]
-    # anything else (a dataset in memory) is read through its own columns
-    in_memory = datasets.Dataset.from_dict({"input_ids": [[5, 6]], "labels": [[7]], "source_length": [2]})
-    assert training_rows(in_memory).to_list() == [{"input_ids": [5, 6], "labels": [7]}]
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
-def test_reading_training_rows_leaves_no_file_mapped(tmp_path):
-    path = tmp_path / "pairs.arrow"
-    ids = pa.large_list(pa.uint16())
-    table = pa.table({"input_ids": pa.array([[1, 2, 3], [4]], ids), "labels": pa.array([[5], [6, 7]], ids)})
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    rows = TokenizedRows([str(path)])
-    assert [rows[0], rows[1]] == [{"input_ids": [1, 2, 3], "labels": [5]}, {"input_ids": [4], "labels": [6, 7]}]
-    with open("/proc/self/maps") as maps:
-        assert str(path) not in maps.read()
-
-
-@pytest.mark.parametrize("pairs, chunk", [(1000, 64), (50_000, 4096), (50_000, 1 << 20)])
-def test_the_chunked_counting_sort_is_the_stable_argsort_of_the_seeded_permutation(pairs, chunk, monkeypatch):
-    from hf_vanilla.training import batching
-
-    monkeypatch.setattr(batching, "SORT_CHUNK", chunk)
-    lengths = np.random.default_rng(1).integers(1, 300, pairs).astype(np.uint16)
-    shuffled = np.arange(pairs, dtype=np.int32)
-    np.random.default_rng(5).shuffle(shuffled)
-    expected = shuffled[np.argsort(lengths[shuffled], kind="stable")]
-    order = batching.length_sorted_order(lengths, seed=5)
-    assert order.dtype == np.int32 and np.array_equal(order, expected)
+def test_the_length_order_sorts_by_length_with_ties_in_seeded_random_order():
+    lengths = np.random.default_rng(1).integers(1, 30, 50_000).astype(np.uint16)
+    order = length_sorted_order(lengths, seed=5)
+    assert order.dtype == np.int32 and np.array_equal(np.sort(order), np.arange(50_000))  # a permutation
+    assert np.all(np.diff(lengths[order].astype(int)) >= 0)  # sorted by length
+    again, other_seed = length_sorted_order(lengths, seed=5), length_sorted_order(lengths, seed=6)
+    assert np.array_equal(order, again) and not np.array_equal(order, other_seed)  # ties follow the seed
+    first_run = order[lengths[order] == 1]
+    assert not np.array_equal(first_run, np.sort(first_run))  # and are not left in index order

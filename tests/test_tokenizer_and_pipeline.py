@@ -9,19 +9,20 @@ from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla import pipeline_vanilla as pipeline_module
-from hf_vanilla.data import read_lines
-from hf_vanilla.tokenization import CorpusEncoder, train_bpe_tokenizer, unknown_token_rate
+from hf_vanilla.data import stream_lines
+from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
+from hf_vanilla.training.preprocessing import encode_texts, id_type
 
 from .conftest import MULTI30K, REMOTE_PIPELINE, make_model, run_without_hf_vanilla
 
 
 @pytest.mark.slow
 def test_multi30k_round_trip_and_unknown_rate(capsys):
-    train = read_lines(MULTI30K / "train.en.gz") + read_lines(MULTI30K / "train.de.gz")
+    train = list(stream_lines(MULTI30K / "train.en.gz")) + list(stream_lines(MULTI30K / "train.de.gz"))
     tokenizer = train_bpe_tokenizer(train, vocab_size=8000, show_progress=False)
     assert len(tokenizer) == 8000
     for language in ("en", "de"):
-        test = read_lines(MULTI30K / f"test2016.{language}.gz")
+        test = list(stream_lines(MULTI30K / f"test2016.{language}.gz"))
         exact = sum(tokenizer.decode(tokenizer(s)["input_ids"], skip_special_tokens=True) == s for s in test)
         rate = unknown_token_rate(tokenizer, test)
         with capsys.disabled():
@@ -46,54 +47,21 @@ def test_special_tokens_and_text_target(small_tokenizer, tmp_path):
     assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == text
 
 
-def assert_encodes_as_the_tokenizer(encoder: CorpusEncoder, tokenizer, texts: list[str]) -> None:
-    ids, lengths = encoder(texts)
-    reference = tokenizer(texts)["input_ids"]
-    assert lengths.tolist() == [len(row) for row in reference]
-    assert ids.tolist() == [token for row in reference for token in row]
+def test_encoding_a_corpus_gives_the_tokenizers_own_ids(small_tokenizer):
+    texts = list(stream_lines(MULTI30K / "val.en.gz")) + list(stream_lines(MULTI30K / "val.de.gz"))
+    texts += ["", "Hallo <s> Welt </s>", "x<pad>y<unk>", "a  b   c\t d", "it's we'll I'd", "10,000 km²", "  "]
+    texts += ["\u00a0", "naïve café 😀 ﷽ \U0001fae8"]
+    assert encode_texts(small_tokenizer, texts) == small_tokenizer(texts)["input_ids"]
+    assert encode_texts(small_tokenizer, texts, as_target=True) == small_tokenizer(text_target=texts)["input_ids"]
+    assert id_type(small_tokenizer) == np.uint16
 
 
-def test_corpus_encoder_gives_the_tokenizers_ids_on_real_text(small_tokenizer):
-    encoder = CorpusEncoder(small_tokenizer)
-    assert encoder.backend is not None, "the fast path must be taken for our own BPE"
-    assert encoder.dtype == np.uint16
-    texts = read_lines(MULTI30K / "val.en.gz") + read_lines(MULTI30K / "val.de.gz")
-    tricky = [
-        "",
-        "Hallo <s> Welt </s>",
-        "x<pad>y<unk>",
-        "a  b   c\t d",
-        "it's we'll I'd",
-        "10,000 km²",
-        "  ",
-        "\u00a0",
-    ]
-    assert_encodes_as_the_tokenizer(encoder, small_tokenizer, texts + tricky)
-    assert_encodes_as_the_tokenizer(encoder, small_tokenizer, texts[:50])  # again, from the word cache
-
-
-@pytest.mark.slow
-def test_corpus_encoder_gives_the_tokenizers_ids_across_unicode(small_tokenizer):
-    # Each code point after a letter, a digit, a punctuation mark, a space and its like: where Python's `regex` and the
-    # tokenizer's Oniguruma class a character differently (recent Unicode), the sentence must go through the tokenizer.
-    code_points = [*range(0x20, 0x3000), *range(0x3000, 0x10000, 13), *range(0x10000, 0x110000, 97)]
-    characters = [chr(c) for c in code_points if not 0xD800 <= c <= 0xDFFF]
-    encoder = CorpusEncoder(small_tokenizer)
-    for separator in ("", "a", "1", "!", " "):
-        body = "".join(separator + character for character in characters)
-        assert_encodes_as_the_tokenizer(
-            encoder, small_tokenizer, [body[i : i + 120] for i in range(0, len(body), 120)]
-        )
-    assert not all(encoder.same_class.values()), "the check met characters the two engines class differently"
-
-
-def test_corpus_encoder_takes_any_other_tokenizer_through_the_tokenizer_itself():
+def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():
     from benchmarks.synthetic import word_level_tokenizer
 
     tokenizer = word_level_tokenizer(70_000)
-    encoder = CorpusEncoder(tokenizer)
-    assert encoder.backend is None and encoder.dtype == np.uint32  # 70k ids do not fit 16 bits
-    assert_encodes_as_the_tokenizer(encoder, tokenizer, ["t4 t69999 t5", "t7"])
+    assert id_type(tokenizer) == np.uint32
+    assert encode_texts(tokenizer, ["t4 t69999 t5", "t7"]) == tokenizer(["t4 t69999 t5", "t7"])["input_ids"]
 
 
 @pytest.fixture(scope="module")

@@ -298,12 +298,12 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
 
 @pytest.mark.slow
 def test_the_wmt14_recipe_runs_end_to_end_on_a_local_wmt14_look_alike(tmp_path):
-    from hf_vanilla.data import read_lines
+    from hf_vanilla.data import stream_lines
 
     from .conftest import MULTI30K
     from .test_data import make_wmt14_like
 
-    english, german = read_lines(MULTI30K / "train.en.gz"), read_lines(MULTI30K / "train.de.gz")
+    english, german = list(stream_lines(MULTI30K / "train.en.gz")), list(stream_lines(MULTI30K / "train.de.gz"))
     pairs = {"train": list(zip(english[:300], german[:300], strict=True))}
     pairs["validation"], pairs["test"] = pairs["train"][:6], pairs["train"][6:14]
     make_wmt14_like(tmp_path / "wmt14", pairs)

@@ -15,14 +15,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..data import iter_lines
+    from ..data import stream_lines
     from ..tokenization import train_bpe_tokenizer, unknown_token_rate
 
-    tokenizer = train_bpe_tokenizer(iter_lines(args.files), args.vocab_size, args.min_frequency)
+    def non_empty_lines(paths: list[str]):
+        return (line for path in paths for line in stream_lines(path) if line)
+
+    tokenizer = train_bpe_tokenizer(non_empty_lines(args.files), args.vocab_size, args.min_frequency)
     tokenizer.save_pretrained(args.output)
     print(f"saved a {len(tokenizer)}-entry tokenizer to {args.output}")
     for path in args.check:
-        lines = list(iter_lines([path]))
+        lines = list(non_empty_lines([path]))
         exact = sum(tokenizer.decode(tokenizer(line)["input_ids"], skip_special_tokens=True) == line for line in lines)
         unk = unknown_token_rate(tokenizer, lines)
         print(f"{path}: round trip exact {exact}/{len(lines)} ({exact / len(lines):.4%}), unknown tokens {unk:.4%}")

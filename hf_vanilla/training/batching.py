@@ -6,30 +6,12 @@ from torch.utils.data import Sampler
 from ..batching import pack_by_budget
 
 
-SORT_CHUNK = 1 << 20  # pairs sorted at a time by `length_sorted_order`
-
-
 def length_sorted_order(lengths: np.ndarray, seed: int) -> np.ndarray:
-    """The indices of `lengths` by length, ties in seeded random order: `shuffled[argsort(lengths[shuffled],
-    stable)]` for a seeded permutation `shuffled`, computed as a stable counting sort a chunk at a time. What grows
-    with the corpus is the result (32-bit indices where they fit: 160 MB at 40M pairs, what a process holds for the
-    corpus) and the permutation while it is sorted; a whole-corpus argsort took 64-bit indices and its temporaries,
-    ~26 bytes a pair, of which the allocator kept ~12 while the result lived (measured at 4M pairs)."""
+    """The indices of `lengths` by length, ties in seeded random order (32-bit where they fit: what a process keeps
+    of the corpus, 4 bytes a pair)."""
     index_type = np.int32 if len(lengths) < 2**31 else np.int64
-    order = np.empty(len(lengths), dtype=index_type)  # allocated first, so it pins no freed temporary below it
-    shuffled = np.arange(len(lengths), dtype=index_type)
-    np.random.default_rng(seed).shuffle(shuffled)
-    counts = np.bincount(lengths)
-    next_slot = np.cumsum(counts) - counts  # where each length's run begins in `order`
-    for start in range(0, len(lengths), SORT_CHUNK):
-        members = shuffled[start : start + SORT_CHUNK]
-        keys = lengths[members]
-        by_key = np.argsort(keys, kind="stable")
-        sorted_keys = keys[by_key]
-        rank = np.arange(len(keys)) - np.searchsorted(sorted_keys, sorted_keys)  # place within its length's run
-        order[next_slot[sorted_keys] + rank] = members[by_key]
-        next_slot += np.bincount(keys, minlength=len(next_slot))
-    return order
+    shuffled = np.random.default_rng(seed).permutation(len(lengths)).astype(index_type)
+    return shuffled[np.argsort(lengths[shuffled], kind="stable")]
 
 
 def split_largest_batches(bounds: np.ndarray, count: int) -> np.ndarray:

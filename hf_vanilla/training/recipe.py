@@ -125,8 +125,7 @@ def prepare_data(
             corpus, tokenizer, recipe.max_length, cache_dir, num_workers=recipe.preprocessing_num_workers
         )
         clock.lap(f"tokenizing ({'built' if tokenized.built else 'opened'} {tokenized.path})")
-    # The raw training split is not kept: only the tokenized one is read from here on, and its memory map would keep
-    # the pages its opening touched (a record batch header every 32k pairs) in the process for the whole run.
+    # Only the tokenized training split is read from here on.
     evaluation_splits = {split: pairs for split, pairs in corpus.items() if split != "train"}
     return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
 

@@ -18,7 +18,7 @@ from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
-from .preprocessing import length_columns, training_rows
+from .preprocessing import length_columns
 
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             time.monotonic() - start,
         )
         loader = DataLoader(
-            training_rows(dataset),  # what the collator pads (lengths only batch), read without a memory map
+            dataset.select_columns(["input_ids", "labels"]),  # what the collator pads; the lengths only batch
             batch_sampler=sampler,
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
