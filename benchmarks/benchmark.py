@@ -14,6 +14,7 @@ Run from the repository root (the package `benchmarks` is not installed with hf_
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -96,8 +97,10 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) 
 # in both, `int8_float32` keeps the non-GEMM weights in float32).
 CT2_QUANTIZATIONS = ("float32", "int8", "int8_float32")
 # Other-engine columns: result key -> table header.
+EXPORT_BACKENDS = {"onnx": "onnxruntime", "openvino": "openvino"}  # our export backend -> the package that runs it
 ENGINE_COLUMNS = {f"ctranslate2_{q}": f"CTranslate2 {q}" for q in CT2_QUANTIZATIONS} | {
-    "onnxruntime_float32": "ONNX Runtime float32"
+    "onnxruntime_float32": "ONNX Runtime float32",
+    "openvino_float32": "OpenVINO float32",
 }
 
 
@@ -129,19 +132,17 @@ def ctranslate2_runs(ours, vocab: int, inputs, new_tokens: int, num_beams: int, 
     return run
 
 
-def onnxruntime_runs(ours, inputs, new_tokens: int, num_beams: int, folder: str):
-    """An ONNX export of our model run by ONNX Runtime under generate() with the same arguments as the PyTorch
-    models; None without onnxruntime."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
+def exported_runs(ours, inputs, new_tokens: int, num_beams: int, folder: str, backend: str):
+    """An export of our model through transformers' exporters (`backend`: onnx, openvino), run under generate() with
+    the same arguments as the PyTorch models; None without the package that runs it."""
+    if importlib.util.find_spec(EXPORT_BACKENDS[backend]) is None:
         return None
-    from hf_vanilla.interop.onnx import OnnxVanillaForConditionalGeneration, export_onnx
+    from hf_vanilla.interop.exporters import ExportedVanillaForConditionalGeneration, export_model
 
-    if not os.path.exists(os.path.join(folder, "decoder_model.onnx")):
-        export_onnx(ours.float().cpu(), None, folder, force=True)
-    model = OnnxVanillaForConditionalGeneration.from_pretrained(folder, num_threads=torch.get_num_threads())
-    return generation_runs({"onnxruntime": model}, inputs, new_tokens, num_beams)["onnxruntime"]
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        export_model(ours.float().cpu(), None, folder, backend=backend, force=True)
+    model = ExportedVanillaForConditionalGeneration.from_pretrained(folder, num_threads=torch.get_num_threads())
+    return generation_runs({backend: model}, inputs, new_tokens, num_beams)[backend]
 
 
 def run_benchmark(
@@ -172,9 +173,11 @@ def run_benchmark(
                 ct2 = ctranslate2_runs(ours, vocab, inputs, new_tokens, beams, folder, quantization)
                 if ct2 is not None:
                     runs[f"ctranslate2_{quantization}"] = ct2
-            onnx = onnxruntime_runs(ours, inputs, new_tokens, beams, os.path.join(export_dir, "onnx"))
-            if onnx is not None:
-                runs["onnxruntime_float32"] = onnx
+            for backend, runtime in EXPORT_BACKENDS.items():
+                folder = os.path.join(export_dir, backend)
+                exported = exported_runs(ours, inputs, new_tokens, beams, folder, backend)
+                if exported is not None:
+                    runs[f"{runtime}_float32"] = exported
         seconds = alternate(runs, repeats, device)
         rate = {name: [tokens_generated / s for s in values] for name, values in seconds.items()}
         engine_rates = {name: values for name, values in rate.items() if name in ENGINE_COLUMNS}

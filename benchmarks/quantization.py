@@ -10,6 +10,7 @@ everywhere: beam `--beam`, length penalty `--length-penalty`, at most source len
 """
 
 import argparse
+import importlib.util
 import json
 import statistics
 import tempfile
@@ -21,7 +22,7 @@ import torch
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.inference import CTranslate2Translator, GenerateTranslator, translate_stream
 from hf_vanilla.interop.ctranslate2 import export_ctranslate2
-from hf_vanilla.interop.onnx import OnnxVanillaForConditionalGeneration, export_onnx
+from hf_vanilla.interop.exporters import ExportedVanillaForConditionalGeneration, export_model
 from hf_vanilla.loading import load_model
 from hf_vanilla.training.metrics import TranslationMetric
 
@@ -63,11 +64,14 @@ def main() -> None:
 
     engines = {"pytorch": engine(GenerateTranslator(model, tokenizer, **decoding))}
     with tempfile.TemporaryDirectory() as scratch:
-        export_onnx(model, tokenizer, Path(scratch) / "onnx")
-        onnx_model = OnnxVanillaForConditionalGeneration.from_pretrained(
-            Path(scratch) / "onnx", num_threads=torch.get_num_threads()
-        )
-        engines["onnxruntime float32"] = engine(GenerateTranslator(onnx_model, tokenizer, **decoding))
+        for backend, runtime in (("onnx", "onnxruntime"), ("openvino", "openvino")):
+            if importlib.util.find_spec(runtime) is None:
+                continue
+            export_model(model, tokenizer, Path(scratch) / backend, backend=backend)
+            exported = ExportedVanillaForConditionalGeneration.from_pretrained(
+                Path(scratch) / backend, num_threads=torch.get_num_threads()
+            )
+            engines[f"{runtime} float32"] = engine(GenerateTranslator(exported, tokenizer, **decoding))
         for quantization in CT2_QUANTIZATIONS:
             export = str(Path(scratch) / quantization)
             export_ctranslate2(model, tokenizer, export, quantization=quantization)

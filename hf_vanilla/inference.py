@@ -17,7 +17,7 @@ from .pipeline_vanilla import EXTRA_TARGET_TOKENS, decoding_budget
 
 class GenerateTranslator:
     """Translates token-id batches with a model's `generate()`: our PyTorch model, or the ONNX Runtime runner
-    (`interop.onnx`), which puts the exported graphs behind the same interface."""
+    (`interop.exporters`), which puts the exported graphs behind the same interface."""
 
     def __init__(
         self,

@@ -788,7 +788,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
 
 class VanillaGenerationMixin(GenerationMixin):
     """What `generate()` needs to know about our cache and length defaults; shared by the PyTorch model and
-    runners of its exports (`interop.onnx`)."""
+    runners of its exports (`interop.exporters`)."""
 
     def _prepare_generated_length(self, generation_config, has_default_max_length: bool, *args, **kwargs):
         # Our generation config's `max_length` (DEFAULT_MAX_LENGTH) is a ceiling for callers that give no length;

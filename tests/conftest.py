@@ -1,5 +1,6 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -129,7 +130,7 @@ def reversal_model():
 @pytest.fixture(scope="session")
 def reversal_exports(reversal_model, tmp_path_factory) -> dict[str, Path]:
     """The reversal model saved with its tokenizer ("pytorch"), and exported by the commands users run ("onnx",
-    "ctranslate2", float32)."""
+    "ctranslate2", and "openvino" where it is installed; float32)."""
     from hf_vanilla.commands import main
 
     pytest.importorskip("onnxruntime")
@@ -144,9 +145,10 @@ def reversal_exports(reversal_model, tmp_path_factory) -> dict[str, Path]:
     text_tokenizer = AutoTokenizer.from_pretrained(folder / "pytorch")  # reads "t5 t9 </s>" as three tokens
     text_tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     text_tokenizer.save_pretrained(folder / "pytorch")
-    for engine in ("onnx", "ctranslate2"):
+    engines = ["onnx", "ctranslate2"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+    for engine in engines:
         main(["export", engine, str(folder / "pytorch"), str(folder / engine)])
-    return {engine: folder / engine for engine in ("pytorch", "onnx", "ctranslate2")}
+    return {engine: folder / engine for engine in ("pytorch", *engines)}
 
 
 # Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task

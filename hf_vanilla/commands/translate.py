@@ -1,13 +1,13 @@
 """Translate a file or stdin, line by line, as MT tools do.
 
-    hf-vanilla translate MODEL [--input FILE] [--output FILE] [--engine pytorch|onnx|ctranslate2] [--beam N] ...
+    hf-vanilla translate MODEL [--input FILE] [--output FILE] [--engine ENGINE] [--beam N] ...
 
 Line i of the output is the translation of line i of the input; a blank line gives a blank line. The input is read
 a buffer at a time (--buffer-size lines), each buffer sorted by length into batches of at most --max-tokens source
 tokens (and --batch-size sentences), and its translations written, in input order, as soon as it is done: memory
 follows the buffer, not the file. Each sentence may produce up to `a * source length + b` new tokens (the paper:
 a = 1, b = 50). With --nbest N a line holds N candidates separated by TABs. MODEL is a saved model folder (or Hub
-id) for --engine pytorch, and the folder `hf-vanilla export onnx|ctranslate2` wrote for the others.
+id) for --engine pytorch, and the folder `hf-vanilla export onnx|openvino|ctranslate2` wrote for the others.
 `--attention-plot PNG` draws the cross-attention of the first sentence (PyTorch).
 """
 
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 
-ENGINES = ("pytorch", "onnx", "ctranslate2")
+ENGINES = ("pytorch", "onnx", "openvino", "ctranslate2")
 DEFAULT_MAX_TOKENS = {"cpu": 4000, "cuda": 16000}
 
 
@@ -81,12 +81,12 @@ def check_engine_options(args: argparse.Namespace, device: str) -> None:
         raise ValueError(f"--attention-plot needs the PyTorch model; --engine {args.engine} cannot draw it.")
     if args.engine != "ctranslate2" and args.compute_type:
         raise ValueError("--compute-type is for --engine ctranslate2.")
-    if args.engine == "onnx" and device != "cpu":
-        raise ValueError("--engine onnx runs on the CPU (ONNX Runtime's CPU provider); drop --device.")
+    if args.engine in ("onnx", "openvino") and device != "cpu":
+        raise ValueError(f"--engine {args.engine} runs on the CPU; drop --device.")
 
 
 def build_translator(args: argparse.Namespace, tokenizer, device: str):
-    """The batch translator of the chosen engine; PyTorch's and ONNX Runtime's hold their model as `.model`."""
+    """The batch translator of the chosen engine; PyTorch's and the exports' hold their model as `.model`."""
     import torch
 
     from ..inference import CTranslate2Translator, GenerateTranslator
@@ -102,10 +102,13 @@ def build_translator(args: argparse.Namespace, tokenizer, device: str):
             args.model, tokenizer, device=device, compute_type=compute_type, **budget, **options
         )
     torch.manual_seed(args.seed)
-    if args.engine == "onnx":
-        from ..interop.onnx import OnnxVanillaForConditionalGeneration
+    if args.engine in ("onnx", "openvino"):
+        from ..interop.exporters import ExportedVanillaForConditionalGeneration
 
-        model = OnnxVanillaForConditionalGeneration.from_pretrained(args.model, num_threads=torch.get_num_threads())
+        threads = torch.get_num_threads()
+        model = ExportedVanillaForConditionalGeneration.from_pretrained(args.model, num_threads=threads)
+        if model.backend != args.engine:
+            raise ValueError(f"MODEL {args.model} is a {model.backend} export; use --engine {model.backend}.")
     else:
         from ..loading import load_model
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..modeling_vanilla import sinusoidal_position_table
+from .positions import position_limit
 
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH", "gelu_new": "GELUTanh"}
@@ -47,9 +48,7 @@ def _stack(spec, stack, config, fuse_linear, common_spec, is_decoder: bool) -> N
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = _copy(stack.embed_tokens.weight)
     if config.position_embedding_type == "sinusoidal":
-        # CTranslate2 cannot extrapolate a table: give it at least 1024 positions of ours (layout included).
-        length = max(config.max_position_embeddings, 1024)
-        table = sinusoidal_position_table(length, config.d_model, config.sinusoid_layout)
+        table = sinusoidal_position_table(position_limit(config), config.d_model, config.sinusoid_layout)
         spec.position_encodings.encodings = table.to(stack.embed_tokens.weight.dtype)
     else:
         spec.position_encodings.encodings = _copy(stack.embed_positions.weight)
