@@ -10,8 +10,11 @@ For each corpus size it writes a synthetic corpus of real text (two random Multi
   tokenizing workers, with 1 process and with 2 (`accelerate launch`, CPU, gloo), and which rank built the cache;
 - the caches' size on disk (raw Arrow table, tokenizer, tokenized corpus).
 
-    python benchmarks/scale.py --sizes 30000 450000 4500000 --work /tmp/scale \\
-        --json docs/results/scale-cpu.json --plot docs/scale_cpu.png
+    python -m benchmarks.scale --sizes 30000 450000 4500000 --work /tmp/scale \\
+        --json docs/results/scale-cpu.json --plot docs/scale_cpu.png [--checkout ../other-commit]
+
+`--checkout DIR` measures the `hf_vanilla` of another checkout (a worktree of an earlier commit) with the same
+corpora, so two data paths are compared in one run; every result records the commit it measured.
 
 Corpora and caches live under --work (several GB at 4.5M pairs; never in the repository). Run it with nothing else on
 the machine: it measures wall time.
@@ -119,16 +122,22 @@ class MemoryLimit:
 
 
 def run_and_watch(
-    command: list[str], env: dict, log: Path, until_first_update: bool = False, limit: MemoryLimit | None = None
+    command: list[str],
+    env: dict,
+    log: Path,
+    until_first_update: bool = False,
+    limit: MemoryLimit | None = None,
+    checkout: Path = ROOT,
 ) -> dict:
-    """Run `command`, sampling every process's memory, until it exits (or its first update, then stop it)."""
+    """Run `command` in `checkout`, sampling every process's memory, until it exits (or its first update, then stop
+    it)."""
     start = time.monotonic()
     peaks: dict[str, dict[str, int]] = {}
     first_update, at_first_update = None, {}
     with open(log, "w") as output:
         preexec = limit.enter if limit else None
         process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, preexec_fn=preexec
+            command, cwd=checkout, env=env, stdout=output, stderr=subprocess.STDOUT, preexec_fn=preexec
         )
         root = psutil.Process(process.pid)
         while process.poll() is None:
@@ -183,22 +192,39 @@ def train_command(processes: int, data: Path, output: Path, cache: Path, *extra:
     return [*launcher, "--num_processes", str(processes), "-m", "hf_vanilla", "train", *options, "--use_cpu", "true"]
 
 
-def measure(size: int, processes: int, work: Path, restarts: bool, memory_limit_gib: float | None = None) -> dict:
+def commit_of(checkout: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+
+
+def measure(
+    size: int,
+    processes: int,
+    work: Path,
+    restarts: bool,
+    memory_limit_gib: float | None = None,
+    checkout: Path = ROOT,
+) -> dict:
     data = work / f"corpus-{size}"
     write_corpus(data, size)
     run = work / f"run-{size}-{processes}p"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    env = {**os.environ, "HF_DATASETS_CACHE": str(run / "hf-datasets-cache"), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "HF_DATASETS_CACHE": str(run / "hf-datasets-cache"),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(checkout),
+    }
     if processes > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
     cache = run / "hf-vanilla-cache"
     steps = ["--max_steps", "3", "--save_steps", "3"]
-    result = {"pairs": size, "processes": processes}
+    result = {"pairs": size, "processes": processes, "commit": commit_of(checkout)}
     limit = MemoryLimit(memory_limit_gib * processes) if memory_limit_gib else None
     cold = train_command(processes, data, run / "out", cache, *steps)
+    result["command"] = " ".join(cold)
     try:
-        result["cold"] = run_and_watch(cold, env, run / "cold.log", limit=limit)
+        result["cold"] = run_and_watch(cold, env, run / "cold.log", limit=limit, checkout=checkout)
     finally:
         if limit:
             limit.remove()
@@ -211,9 +237,9 @@ def measure(size: int, processes: int, work: Path, restarts: bool, memory_limit_
         resume = train_command(
             processes, data, run / "out", cache, "--max_steps", "4", "--resume_from_checkpoint", "last"
         )
-        result["restart"] = run_and_watch(resume, env, run / "restart.log", until_first_update=True)
+        result["restart"] = run_and_watch(resume, env, run / "restart.log", True, checkout=checkout)
         second = train_command(processes, data, run / "out-2", cache, *steps)
-        result["second_run"] = run_and_watch(second, env, run / "second.log", until_first_update=True)
+        result["second_run"] = run_and_watch(second, env, run / "second.log", True, checkout=checkout)
     shutil.rmtree(run, ignore_errors=True)
     return result
 
@@ -221,26 +247,27 @@ def measure(size: int, processes: int, work: Path, restarts: bool, memory_limit_
 def plot(results: list[dict], path: Path) -> None:
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(11, 4))
+    figure = Figure(figsize=(12, 4.5))
     time_axes, memory_axes = figure.subplots(1, 2)
-    for processes in sorted({r["processes"] for r in results}):
-        rows = sorted((r for r in results if r["processes"] == processes), key=lambda r: r["pairs"])
-        sizes = [r["pairs"] for r in rows]
-        time_axes.plot(sizes, [r["cold"]["wall_to_first_update_s"] for r in rows], "o-", label=f"cold, {processes}p")
-        restarted = [r for r in rows if "restart" in r]
-        if restarted:
-            restart_times = [r["restart"]["wall_to_first_update_s"] for r in restarted]
-            time_axes.plot([r["pairs"] for r in restarted], restart_times, "s--", label=f"restart, {processes}p")
-        for rank in range(processes):
-            for key, style, what in (("peak_anonymous_mib", "o-", "anonymous"), ("peak_rss_mib", "o--", "RSS")):
-                peaks = [r["cold"][key].get(f"rank {rank}", np.nan) / 1024 for r in rows]
-                memory_axes.plot(sizes, peaks, style, label=f"rank {rank} of {processes}, {what}")
+    for commit in sorted({r["commit"] for r in results}):
+        for processes in sorted({r["processes"] for r in results}):
+            rows = [r for r in results if r["processes"] == processes and r["commit"] == commit]
+            rows.sort(key=lambda r: r["pairs"])
+            sizes, label = [r["pairs"] for r in rows], f"{commit[:7]}, {processes}p"
+            time_axes.plot(sizes, [r["cold"]["wall_to_first_update_s"] for r in rows], "o-", label=f"cold, {label}")
+            restarted = [r for r in rows if "restart" in r]
+            if restarted:
+                restart_times = [r["restart"]["wall_to_first_update_s"] for r in restarted]
+                time_axes.plot([r["pairs"] for r in restarted], restart_times, "s--", label=f"restart, {label}")
+            for rank in range(processes):
+                peaks = [r["cold"]["peak_anonymous_mib"].get(f"rank {rank}", np.nan) / 1024 for r in rows]
+                memory_axes.plot(sizes, peaks, "o-", label=f"{label}, rank {rank}, anonymous")
     time_axes.axhline(360, color="grey", lw=0.8)
     time_axes.axhline(30, color="grey", lw=0.8)
-    memory_axes.axhline(2, color="grey", lw=0.8)
+    memory_axes.axhline(1, color="grey", lw=0.8)
     time_axes.set(xscale="log", yscale="log", xlabel="training pairs", ylabel="seconds to the first update")
     memory_axes.set(
-        xscale="log", xlabel="training pairs", ylabel="peak per process, to the first update (GiB)", ylim=(0, None)
+        xscale="log", xlabel="training pairs", ylabel="peak anonymous memory per process (GiB)", ylim=(0, None)
     )
     time_axes.legend(fontsize=8)
     memory_axes.legend(fontsize=8)
@@ -258,24 +285,34 @@ def main() -> None:
         "--memory-limit-gib", type=float, help="run the cold start in a cgroup of this much memory per process"
     )
     parser.add_argument("--work", type=Path, default=Path("/tmp/hf-vanilla-scale"))
+    parser.add_argument(
+        "--checkout", type=Path, nargs="*", default=[], help="other checkouts to measure beside this one, same corpora"
+    )
     parser.add_argument("--json", type=Path, help="write the results here (appending to what is there)")
     parser.add_argument("--plot", type=Path, help="plot every result of --json here")
     args = parser.parse_args()
 
     args.work.mkdir(parents=True, exist_ok=True)
     previous = json.loads(args.json.read_text())["results"] if args.json and args.json.exists() else []
+    checkouts = [ROOT, *args.checkout]
     results = []
     for size in args.sizes:
         for processes in args.processes:
             restarts = args.no_restarts_above is None or size <= args.no_restarts_above
-            result = measure(size, processes, args.work, restarts, args.memory_limit_gib)
-            print(json.dumps(result), flush=True)
-            results.append(result)
-    kept = [r for r in previous if (r["pairs"], r["processes"]) not in {(n["pairs"], n["processes"]) for n in results}]
-    everything = sorted(kept + results, key=lambda r: (r["pairs"], r["processes"]))
+            for checkout in checkouts:  # back to back, so a drift of the machine's speed hits every path alike
+                result = measure(size, processes, args.work, restarts, args.memory_limit_gib, checkout)
+                print(json.dumps(result), flush=True)
+                results.append(result)
+
+    def key(result: dict) -> tuple:
+        return result["pairs"], result["processes"], result["commit"]
+
+    kept = [r for r in previous if key(r) not in {key(n) for n in results}]
+    everything = sorted(kept + results, key=key)
     if args.json:
         machine = {"hardware": hardware_description(1), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
-        args.json.write_text(json.dumps({"machine": machine, "results": everything}, indent=1) + "\n")
+        document = {"machine": machine, "command": " ".join(["python -m benchmarks.scale", *sys.argv[1:]])}
+        args.json.write_text(json.dumps({**document, "results": everything}, indent=1) + "\n")
     if args.plot:
         plot(everything, args.plot)
 

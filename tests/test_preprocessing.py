@@ -106,8 +106,8 @@ def greedy_reference(lengths: np.ndarray, order: np.ndarray, max_tokens: int) ->
 def test_vectorised_packing_equals_the_one_pair_at_a_time_loop():
     rng = np.random.default_rng(1)
     sources, targets = rng.integers(1, 120, 20_000), rng.integers(1, 130, 20_000)
-    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=1000, seed=4, shuffle=False)
     lengths = np.maximum(sources, targets)
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=1000, seed=4, shuffle=False)
     order = np.random.default_rng(4).permutation(len(lengths))
     order = order[np.argsort(lengths[order], kind="stable")]
     assert list(sampler) == greedy_reference(lengths, order, 1000)
@@ -117,9 +117,9 @@ def test_vectorised_packing_equals_the_one_pair_at_a_time_loop():
 def test_batches_split_between_processes_see_every_pair_once(processes):
     rng = np.random.default_rng(processes)
     sources, targets = rng.integers(1, 60, 1001), rng.integers(1, 60, 1001)
-    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=256, seed=2, num_shards=processes)
-    assert len(sampler) % processes == 0
     lengths = np.maximum(sources, targets)
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=256, seed=2, num_shards=processes)
+    assert len(sampler) % processes == 0
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         # Accelerate's own sharding, as `accelerator.prepare` applies it to the training loader
@@ -132,24 +132,26 @@ def test_batches_split_between_processes_see_every_pair_once(processes):
 
 def test_more_processes_than_pairs_can_fill_is_a_clear_error():
     with pytest.raises(ValueError, match="too few training pairs for this many processes"):
-        TokenBudgetBatchSampler([5], [5], max_tokens=64, num_shards=2)
+        TokenBudgetBatchSampler([5], max_tokens=64, num_shards=2)
 
 
 def test_the_sampler_keeps_one_int32_index_per_pair_and_no_python_lists():
     # The memory the sampler keeps: one int32 index per pair and one int64 bound per batch, no Python lists.
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 80, 400_000).astype(np.int32)
-    sampler = TokenBudgetBatchSampler(lengths, lengths, max_tokens=4096, seed=0)
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=4096, seed=0)
     assert sampler.order.dtype == np.int32 and sampler.order.nbytes == 4 * 400_000
     assert sampler.bounds.dtype == np.int64 and sampler.bounds[-1] == 400_000
 
 
-def test_the_length_order_sorts_by_length_with_ties_in_seeded_random_order():
-    lengths = np.random.default_rng(1).integers(1, 30, 50_000).astype(np.uint16)
+@pytest.mark.parametrize("pairs, chunk", [(1000, 64), (50_000, 4096), (50_000, 1 << 22)])
+def test_the_length_order_is_the_stable_argsort_of_the_seeded_permutation(pairs, chunk, monkeypatch):
+    from hf_vanilla.training import batching
+
+    monkeypatch.setattr(batching, "SORT_CHUNK", chunk)  # keys written across chunk boundaries
+    lengths = np.random.default_rng(1).integers(1, 300, pairs).astype(np.uint16)
+    shuffled = np.random.default_rng(5).permutation(pairs)
+    expected = shuffled[np.argsort(lengths[shuffled], kind="stable")]
     order = length_sorted_order(lengths, seed=5)
-    assert order.dtype == np.int32 and np.array_equal(np.sort(order), np.arange(50_000))  # a permutation
-    assert np.all(np.diff(lengths[order].astype(int)) >= 0)  # sorted by length
-    again, other_seed = length_sorted_order(lengths, seed=5), length_sorted_order(lengths, seed=6)
-    assert np.array_equal(order, again) and not np.array_equal(order, other_seed)  # ties follow the seed
-    first_run = order[lengths[order] == 1]
-    assert not np.array_equal(first_run, np.sort(first_run))  # and are not left in index order
+    assert order.dtype == np.int32 and np.array_equal(order, expected)
+    assert not np.array_equal(order, length_sorted_order(lengths, seed=6))  # ties follow the seed

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..data import cache_key, file_stamp
@@ -147,11 +148,11 @@ def encode_pairs(batch: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length
     return table
 
 
-def length_columns(tokenized) -> tuple[np.ndarray, np.ndarray]:
-    """The `source_length` and `target_length` columns of a tokenized split as numpy arrays, read straight from the
-    Arrow columns (two bytes a pair each; `datasets`' numpy formatting goes through Python objects)."""
+def pair_lengths(tokenized) -> np.ndarray:
+    """The longer side of each tokenized pair, what the token-budget sampler batches by: computed by Arrow from the
+    `source_length` and `target_length` columns, two bytes a pair."""
     table = tokenized.with_format("arrow").select_columns(["source_length", "target_length"])[:]
-    return table.column("source_length").to_numpy(), table.column("target_length").to_numpy()
+    return pc.max_element_wise(table.column("source_length"), table.column("target_length")).to_numpy()
 
 
 def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:

@@ -38,7 +38,7 @@ from .callbacks import (
     TimeBudgetProgressCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics
-from .preprocessing import TokenizedCorpus, default_cache_dir, length_columns, prepare_tokenizer, tokenize_corpus
+from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus
 from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
 
@@ -157,7 +157,7 @@ def build_trainer(
 ) -> TokenBudgetSeq2SeqTrainer:
     """The trainer with the paper's learning rate, and generation that may run to the longest source + 50 tokens."""
     splits = data.tokenized.splits
-    longest_source = max(int(length_columns(splits[split])[0].max()) for split in EVALUATED)
+    longest_source = max(max(splits[split].with_format("arrow")["source_length"].to_pylist()) for split in EVALUATED)
     training_args = replace(
         with_paper_learning_rate(training_args, recipe.lr_scale, model.config.d_model),
         # `max_length` counts the decoder start token too; never the library's silent 20

@@ -18,7 +18,7 @@ from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
-from .preprocessing import length_columns
+from .preprocessing import pair_lengths
 
 
 logger = logging.getLogger(__name__)
@@ -64,10 +64,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
         start = time.monotonic()
-        source_lengths, target_lengths = length_columns(dataset)
         sampler = TokenBudgetBatchSampler(
-            source_lengths,
-            target_lengths,
+            pair_lengths(dataset),
             self.max_tokens,
             seed=self.args.seed,
             num_shards=self.args.world_size,
