@@ -10,8 +10,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import CompileConfig, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from .batching import pack_by_budget
 from .library_hooks import compile_on_every_device
+from .packing import pack_by_budget
 from .pipeline_vanilla import EXTRA_TARGET_TOKENS, decoding_budget
 
 

@@ -1,5 +1,6 @@
 """Joint BPE on Multi30k, and `pipeline("translation")` in its three forms on transformers 5."""
 
+import copy
 import json
 from pathlib import Path
 
@@ -54,6 +55,9 @@ def test_encoding_a_corpus_gives_the_tokenizers_own_ids(small_tokenizer):
     assert encode_texts(small_tokenizer, texts) == small_tokenizer(texts)["input_ids"]
     assert encode_texts(small_tokenizer, texts, as_target=True) == small_tokenizer(text_target=texts)["input_ids"]
     assert id_type(small_tokenizer) == np.uint16
+    padded = copy.deepcopy(small_tokenizer)
+    padded(texts[:2], padding="max_length", max_length=64, truncation=True)  # leaves both set on its Rust tokenizer
+    assert encode_texts(padded, texts) == small_tokenizer(texts)["input_ids"]
 
 
 def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():

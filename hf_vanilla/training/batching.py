@@ -3,7 +3,7 @@
 import numpy as np
 from torch.utils.data import Sampler
 
-from ..batching import pack_by_budget
+from ..packing import pack_by_budget
 
 
 SORT_CHUNK = 1 << 22  # positions written into the sort keys at a time

@@ -81,8 +81,8 @@ class TimeBudgetCallback(TrainerCallback):
 
 class TimeBudgetProgressCallback(ProgressCallback):
     """The library's progress bar, counting to the update the time budget will end at rather than to `max_steps`, so
-    that its "time left" is the budget's (a 10-minute budget that stops near 1100 of 3000 updates showed "22:40
-    left" with a minute to go). The end is re-estimated at every update from the rate so far, evaluations included."""
+    that its "time left" is the budget's, not the time `max_steps` would take. The end is re-estimated at every update
+    from the rate so far, evaluations included."""
 
     def __init__(self, minutes: float):
         super().__init__()
@@ -147,8 +147,8 @@ Restart from scratch with a fix rather than training on: this state rarely recov
 class SourceNeglectCallback(TrainerCallback):
     """Warns loudly when a model stops using its source. Reads `eval_source_use` (nats per target token that the true
     source is worth against another row's, from `TokenBudgetSeq2SeqTrainer`) at every evaluation and warns once it
-    stayed below `threshold` for `patience` evaluations in a row after warm-up (before it, every model is near 0).
-    The measured failure: post-LN runs whose decoder became a target language model (val BLEU ~10)."""
+    stayed below `threshold` for `patience` evaluations in a row after warm-up (before it, every model is near 0):
+    the decoder has become a language model of the target, whatever its training loss says."""
 
     def __init__(self, threshold: float = 0.1, patience: int = 2):
         self.threshold, self.patience = threshold, patience

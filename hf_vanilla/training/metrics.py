@@ -59,15 +59,18 @@ class TranslationMetric(evaluate.Metric):
         }
 
 
+def decode_padded(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray) -> list[str]:
+    """Texts of ids the Trainer gathered: -100 (its padding between batches, and ignored labels) becomes the pad
+    token, which decoding skips."""
+    return tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+
+
 def build_compute_metrics(tokenizer: PreTrainedTokenizerBase, metric: TranslationMetric):
-    """`compute_metrics` for `predict_with_generate`: -100 (padding between batches) becomes pad before decoding."""
+    """`compute_metrics` for `predict_with_generate`."""
 
     def compute_metrics(eval_prediction) -> dict:
-        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
-        predictions = np.where(predictions == -100, tokenizer.pad_token_id, predictions)
-        labels = np.where(labels == -100, tokenizer.pad_token_id, labels)
-        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
-        references = [[text] for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        hypotheses = decode_padded(tokenizer, eval_prediction.predictions)
+        references = [[text] for text in decode_padded(tokenizer, eval_prediction.label_ids)]
         scores = metric.compute(predictions=hypotheses, references=references)
         return {"bleu": scores["bleu"], "chrf": scores["chrf"]}  # Trainer logs numbers only
 

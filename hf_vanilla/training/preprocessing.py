@@ -105,18 +105,25 @@ def prepare_tokenizer(
     return tokenizer
 
 
+def smallest_unsigned(largest: int | None) -> np.dtype:
+    """uint16 where every value is at most `largest` and it fits, else uint32."""
+    return np.dtype(np.uint16 if largest is not None and largest <= np.iinfo(np.uint16).max else np.uint32)
+
+
 def id_type(tokenizer: PreTrainedTokenizerBase) -> np.dtype:
     """The smallest unsigned integer type that holds every id of the tokenizer."""
-    return np.dtype(np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max + 1 else np.uint32)
+    return smallest_unsigned(len(tokenizer) - 1)
 
 
 def encode_texts(tokenizer: PreTrainedTokenizerBase, texts: list[str], as_target: bool = False) -> list[list[int]]:
     """Token ids of `texts`, special tokens added, as `tokenizer(texts)` (`text_target=` with `as_target`) gives them.
     A plain `PreTrainedTokenizerFast` (ours) has no target mode and goes straight to the Rust tokenizer's
-    `encode_batch_fast`, which skips the character offsets a corpus never needs; tokenizers of other classes (which
-    may switch vocabulary or language codes for targets) go through their own `__call__`."""
-    if type(tokenizer) is PreTrainedTokenizerFast:
-        return [encoding.ids for encoding in tokenizer.backend_tokenizer.encode_batch_fast(texts)]
+    `encode_batch_fast`, which skips the character offsets a corpus never needs, unless an earlier call left padding or
+    truncation set on it (a `__call__` with `padding="max_length"` does, and its own calls reset them); tokenizers of
+    other classes (which may switch vocabulary or language codes for targets) go through their own `__call__`."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if type(tokenizer) is PreTrainedTokenizerFast and backend.padding is None and backend.truncation is None:
+        return [encoding.ids for encoding in backend.encode_batch_fast(texts)]
     encoded = tokenizer(text_target=texts) if as_target else tokenizer(texts)
     return encoded["input_ids"]
 
@@ -134,7 +141,7 @@ def encode_pairs(batch: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length
     dtype = id_type(tokenizer)
     input_ids, source_lengths = _ids_column(encode_texts(tokenizer, batch.column("source").to_pylist()), dtype)
     labels, target_lengths = _ids_column(encode_texts(tokenizer, batch.column("target").to_pylist(), True), dtype)
-    length_type = np.uint16 if max_length is not None and max_length <= np.iinfo(np.uint16).max else np.uint32
+    length_type = smallest_unsigned(max_length)
     table = pa.table(
         {
             "input_ids": input_ids,

@@ -91,8 +91,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
 
     def evaluation_loop(self, dataloader, description, *args, metric_key_prefix: str = "eval", **kwargs):
         # Seq2SeqTrainer gathers generated ids with `gather`, which keeps the pairs Accelerate repeats so that every
-        # process gets a full last batch: with 2 processes, 9 test sentences came back as 16 translations. Our
-        # evaluation sets have a length, so `gather_for_metrics` drops exactly those repeats. (`gather_function` is
+        # process gets a full last batch, so a sentence would be scored more than once. Our evaluation sets have a
+        # length, so `gather_for_metrics` drops exactly those repeats. (`gather_function` is
         # the public attribute the library keeps for subclasses to choose; its own loop resets it afterwards.)
         self.gather_function = self.accelerator.gather_for_metrics
         output = super().evaluation_loop(dataloader, description, *args, metric_key_prefix=metric_key_prefix, **kwargs)
