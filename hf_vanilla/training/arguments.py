@@ -2,9 +2,11 @@
 with a YAML file for defaults."""
 
 import argparse
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..data import BUNDLED_CORPORA
@@ -122,5 +124,20 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         if unknown:
             raise ValueError(f"{known.config}: unknown keys {sorted(unknown)}; see `hf-vanilla train --help`.")
         parser.set_defaults(**values)
+    processes = launched_processes()
+    if processes > 1 and not torch.accelerator.is_available():
+        # transformers goes distributed on CPU-only hosts only with `use_cpu`: without it each process of a
+        # torchrun/srun launch would train alone on the whole corpus, N independent jobs writing one folder.
+        parser.set_defaults(use_cpu=True)
     recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    if processes > 1 and not torch.accelerator.is_available() and not training_args.use_cpu:
+        raise ValueError(
+            f"Launched as {processes} processes on hosts without a GPU, but --use_cpu false: each would train alone. "
+            "Drop --use_cpu false (the processes then train as one job on the CPU)."
+        )
     return recipe, training_args
+
+
+def launched_processes() -> int:
+    """How many processes the launcher (torchrun, srun through torchrun, accelerate launch) started: its WORLD_SIZE."""
+    return int(os.environ.get("WORLD_SIZE", "1"))

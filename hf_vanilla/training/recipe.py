@@ -8,10 +8,11 @@ offline, CSV logs with a PNG of the curves, a wall-clock budget, and averaging o
 """
 
 import logging
+import os
+import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 from transformers import (
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
@@ -20,6 +21,7 @@ from transformers import (
     set_seed,
 )
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..data import load_parallel_corpus
@@ -37,7 +39,7 @@ from .callbacks import (
     TimeBudgetCallback,
     TimeBudgetProgressCallback,
 )
-from .metrics import TranslationMetric, build_compute_metrics
+from .metrics import TranslationMetric, build_compute_metrics, decode_padded
 from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus
 from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
@@ -90,14 +92,17 @@ def prepare_data(
     recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, output_dir: Path, clock: StartupClock
 ) -> PreparedData:
     """Read the corpus, learn (or load) the tokenizer and tokenize, once: the main process does it first, into the
-    cache, and the other processes then open what it wrote."""
+    cache, and the other processes then open what it wrote. Across nodes, the main process of each node does it for
+    its node when the caches are on node-local disks, the global main process once for all when every node sees
+    the same caches (`caches_shared_by_all_nodes`)."""
     cache_dir = Path(recipe.data_cache_dir) if recipe.data_cache_dir else default_cache_dir()
     limits = {
         "train": recipe.max_train_examples,
         "validation": recipe.max_eval_examples,
         "test": recipe.max_test_examples,
     }
-    with training_args.main_process_first(desc="reading and tokenizing the corpus"):
+    shared = caches_shared_by_all_nodes([cache_dir, datasets_cache_dir()], training_args)
+    with training_args.main_process_first(desc="reading and tokenizing the corpus", local=not shared):
         if training_args.process_index != 0:
             clock.lap("waiting for the main process to prepare the data")
         corpus = load_parallel_corpus(
@@ -128,6 +133,45 @@ def prepare_data(
     # Only the tokenized training split is read from here on.
     evaluation_splits = {split: pairs for split, pairs in corpus.items() if split != "train"}
     return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
+
+
+def datasets_cache_dir() -> Path:
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE)
+
+
+def caches_shared_by_all_nodes(folders: list[Path], training_args: Seq2SeqTrainingArguments) -> bool:
+    """Whether every process sees the same `folders` (a shared filesystem) rather than each node its own disk: the
+    global main process leaves a file in each, and every process looks for it. On one node, trivially true. Logged,
+    since it decides whether each node prepares the data or one process does it for all."""
+    import torch.distributed as dist
+
+    world, local_world = training_args.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
+    if world == local_world:
+        return True
+    token = [secrets.token_hex(8) if training_args.process_index == 0 else None]
+    dist.broadcast_object_list(token)
+    probes = [folder / f".hf-vanilla-shared-{token[0]}" for folder in folders]
+    if training_args.process_index == 0:
+        for probe in probes:
+            probe.parent.mkdir(parents=True, exist_ok=True)
+            probe.touch()
+    dist.barrier()
+    seen = [None] * world
+    dist.all_gather_object(seen, all(probe.exists() for probe in probes))
+    dist.barrier()
+    if training_args.process_index == 0:
+        for probe in probes:
+            probe.unlink()
+    shared = all(seen)
+    logger.warning(
+        "[rank %d] data caches %s: %s",
+        training_args.process_index,
+        ", ".join(map(str, folders)),
+        "shared by all nodes, prepared once" if shared else "on each node's own disk, prepared once per node",
+    )
+    return shared
 
 
 def recipe_metric(recipe: RecipeArguments) -> TranslationMetric:
@@ -179,6 +223,29 @@ def build_trainer(
     )
 
 
+def check_resumable_with_this_many_processes(training_args: Seq2SeqTrainingArguments) -> None:
+    """A checkpoint says where its run stood in the epoch as a count of batches per process, and the token-budget
+    batches are dealt to processes differently for another process count (their number is made a multiple of it):
+    resumed with another count, the skipped batches would not be the ones trained, losing some pairs of the epoch
+    and repeating others. Such a resume is refused, unless `--ignore_data_skip` restarts the epoch. The count is read
+    from the checkpoint's RNG states, one file per process (`rng_state_<rank>.pth`, or `rng_state.pth` for one)."""
+    resume = resume_point(training_args.resume_from_checkpoint)
+    if not resume or training_args.ignore_data_skip:
+        return
+    checkpoint = get_last_checkpoint(training_args.output_dir) if resume is True else resume
+    if checkpoint is None or not Path(checkpoint).is_dir():
+        return  # nothing to resume: the Trainer says so itself
+    checkpoint = Path(checkpoint)
+    saved = 1 if (checkpoint / "rng_state.pth").exists() else len(list(checkpoint.glob("rng_state_*.pth")))
+    if saved and saved != training_args.world_size:
+        raise ValueError(
+            f"{checkpoint} was written by {saved} process(es), and this run has {training_args.world_size}: where "
+            "the run stood in its epoch does not carry over to another process count (the batches are dealt to "
+            f"the processes differently). Resume with {saved} process(es), or add --ignore_data_skip true to "
+            "restart the current epoch from its first batch (its pairs trained before the checkpoint are seen again)."
+        )
+
+
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
     """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
     trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
@@ -203,9 +270,7 @@ def report(trainer, recipe: RecipeArguments, data: PreparedData, test, scores: d
     """On the main process: save `final/`, score against the raw references, write the run's files."""
     trainer.save_model(output_dir / "final")
     tokenizer = data.tokenizer
-    hypotheses = tokenizer.batch_decode(
-        np.where(test.predictions == -100, tokenizer.pad_token_id, test.predictions), skip_special_tokens=True
-    )
+    hypotheses = decode_padded(tokenizer, test.predictions)
     hyperparameters = card_hyperparameters(
         trainer.args,
         trainer.model,
@@ -232,6 +297,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     """Train, evaluate on the test split with beam search, save `<output_dir>/final`; returns the test scores."""
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    check_resumable_with_this_many_processes(training_args)
     clock = StartupClock(training_args.process_index)
     data = prepare_data(recipe, training_args, output_dir, clock)
     set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed

@@ -1,0 +1,190 @@
+"""Past one host, as clusters launch: two nodes of one process each simulated on this host (torchrun, gloo,
+127.0.0.1) through the real command, with node-local and shared data caches; and a resume on another number of
+processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# A short run of the CI recipe: the whole first epoch (no step limit), no evaluation or checkpoint on the way.
+SHORT = ["--config", "configs/smoke.yaml", "--max_steps", "-1", "--num_train_epochs", "1", "--eval_strategy", "no"]
+SHORT += ["--save_strategy", "no", "--average_last", "0", "--max_test_examples", "8", "--report_to", "none"]
+SHORT += ["--disable_tqdm", "true", "--dataloader_num_workers", "0"]
+TIMEOUT = 600
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_nodes(commands: list[list[str]], envs: list[dict]) -> list[str]:
+    """Start every command at once (the nodes of one job), wait for all with a timeout, return their logs."""
+    processes = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for command, env in zip(commands, envs, strict=True)
+    ]
+    try:
+        logs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    for process, log in zip(processes, logs, strict=True):
+        assert process.returncode == 0, log[-4000:]
+    return logs
+
+
+def node_environment(cache: Path) -> dict:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_DATASETS_CACHE": str(cache / "datasets"),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["node-local caches", "shared caches"])
+def test_two_nodes_of_one_process_train_as_one_job(tmp_path, layout):
+    port, output = free_port(), tmp_path / "run"
+    caches = [tmp_path / "shared"] * 2 if layout == "shared caches" else [tmp_path / "node0", tmp_path / "node1"]
+    commands = [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node),
+            "--nproc_per_node",
+            "1",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "hf_vanilla",
+            "train",
+            *SHORT,
+            "--output_dir",
+            str(output),
+            "--data_cache_dir",
+            str(caches[node] / "hf_vanilla"),
+        ]
+        for node in range(2)
+    ]  # fmt: skip  (no --use_cpu: on CPU-only hosts the command goes distributed by itself)
+    logs = run_nodes(commands, [node_environment(cache) for cache in caches])
+    log = "\n".join(logs)
+
+    # One job of two processes: each trains half of the epoch's batches, so the epoch takes half the updates.
+    batches = int(log.split("[rank 0] startup: batches (")[1].split(" of at most")[0])
+    scores = json.loads((output / "test_scores.json").read_text())
+    assert batches % 2 == 0 and scores["global_step"] == batches // 2
+    assert "2 process(es)" in scores["hardware"] and "[rank 1] startup" in log
+    # Only the global main process writes the run: one log line per update, one tokenizer, one final model.
+    steps = [row.split(",")[0] for row in (output / "log.csv").read_text().splitlines()[1:] if ",loss," in row]
+    assert len(steps) == len(set(steps)) > 0
+    assert (output / "final" / "model.safetensors").is_file() and (output / "tokenizer" / "tokenizer.json").is_file()
+
+    built = [line for line in log.splitlines() if "startup: tokenizing (built" in line]
+    if layout == "shared caches":
+        assert "shared by all nodes, prepared once" in log
+        assert len(built) == 1 and "[rank 1] startup: tokenizing (opened" in log
+    else:
+        assert "on each node's own disk, prepared once per node" in log
+        assert len(built) == 2  # each node's main process, into its own disk
+        tokenizers = [next((cache / "hf_vanilla" / "tokenizers").glob("*/tokenizer.json")) for cache in caches]
+        assert tokenizers[0].read_bytes() == tokenizers[1].read_bytes()  # both nodes train with the same ids
+
+
+def launch(processes: int, output: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
+    options = [*SHORT, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", *extra]
+    options += ["--output_dir", str(output), "--data_cache_dir", str(cache)]
+    if processes == 1:
+        command = [sys.executable, "-m", "hf_vanilla", "train", *options]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+        command += ["--master_port", str(free_port()), "-m", "hf_vanilla", "train", *options]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_DATASETS_CACHE": str(cache)}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
+def test_a_resume_on_another_number_of_processes_is_refused_unless_the_epoch_restarts(tmp_path, before, after):
+    output, cache = tmp_path / "run", tmp_path / "cache"
+    first = launch(before, output, cache, "--max_steps", "2")
+    assert first.returncode == 0, first.stderr[-4000:]
+    refused = launch(after, output, cache, "--resume_from_checkpoint", "last")
+    assert refused.returncode != 0, refused.stderr[-4000:]  # 2 from the command, 1 from torchrun around it
+    message = f"checkpoint-2 was written by {before} process(es), and this run has {after}"
+    assert message in refused.stderr and "--ignore_data_skip true" in refused.stderr
+    restarted = launch(after, output, cache, "--resume_from_checkpoint", "last", "--ignore_data_skip", "true")
+    assert restarted.returncode == 0, restarted.stderr[-4000:]
+    state = json.loads((output / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+
+WORKER = ROOT / "tests" / "workers" / "fsdp_worker.py"
+
+
+def nested_close(got, expected, tolerance: float) -> bool:
+    return torch.allclose(torch.tensor(got), torch.tensor(expected), atol=tolerance)
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
+    """`fully_shard` over 2 gloo processes, where Accelerate turns FSDP off without CUDA: the tied embeddings and the
+    chunked loss give one process's loss and gradients; FULL_STATE_DICT checkpoints load and average; `generate`
+    with `synced_gpus` finishes when the ranks need different numbers of steps (upstream reports hangs)."""
+    from hf_vanilla.loading import load_model
+    from hf_vanilla.training.averaging import average_checkpoints
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    (tmp_path / "single").mkdir()
+    (tmp_path / "sharded").mkdir()
+    single = subprocess.run(
+        [sys.executable, str(WORKER), str(tmp_path / "single"), "single"], env=env, capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr[-4000:]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    sharded = subprocess.run(
+        [*command, str(WORKER), str(tmp_path / "sharded"), "sharded"], env=env, capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert sharded.returncode == 0, sharded.stderr[-4000:]
+
+    expected = json.loads((tmp_path / "single" / "single.json").read_text())
+    got = json.loads((tmp_path / "sharded" / "fsdp.json").read_text())
+    assert abs(got["loss"] - expected["loss"]) < 1e-6
+    assert got["gradients"].keys() == expected["gradients"].keys()
+    for name, gradient in expected["gradients"].items():
+        assert nested_close(got["gradients"][name], gradient, 1e-5), name
+    assert got["generated"] == expected["generated"]
+    for step in ("step-1", "step-2"):
+        ours, reference = load_model(tmp_path / "sharded" / step), load_model(tmp_path / "single" / step)
+        for (name, weight), other in zip(ours.state_dict().items(), reference.state_dict().values(), strict=True):
+            assert torch.allclose(weight, other, atol=1e-5), (step, name)
+    averaged = average_checkpoints([tmp_path / "sharded" / "step-1", tmp_path / "sharded" / "step-2"])
+    first, second = (load_model(tmp_path / "sharded" / step).state_dict() for step in ("step-1", "step-2"))
+    for name, weight in averaged.state_dict().items():
+        assert torch.allclose(weight, (first[name] + second[name]) / 2, atol=1e-6), name
