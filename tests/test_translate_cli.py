@@ -214,6 +214,11 @@ def test_options_an_engine_cannot_honour_are_refused(reversal_exports, tmp_path)
             "--attention-plot needs the PyTorch",
         ),
         ([pytorch, "--compute-type", "int8"], "--compute-type is for --engine ctranslate2"),
+        *(  # sampling options without --sample, on every engine
+            ([str(folder), "--engine", engine, option, value], "need --sample")
+            for engine, folder in reversal_exports.items()
+            for option, value in (("--top-k", "5"), ("--temperature", "0.7"))
+        ),
     ]:
         result = translate_command("translate", *args, stdin=b"t5 t6\n")
         assert result.returncode == 2 and message in result.stderr.decode(), result.stderr[-2000:]

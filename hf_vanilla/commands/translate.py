@@ -76,7 +76,11 @@ def check_locations(args: argparse.Namespace) -> None:
 
 
 def check_engine_options(args: argparse.Namespace, device: str) -> None:
-    """Options an engine has no equivalent for are refused, never ignored."""
+    """Options an engine has no equivalent for are refused, never ignored; so are sampling options without
+    --sample, which every engine would otherwise drop (beam search and greedy decoding take no temperature)."""
+    sampling = [name for name in ("top_k", "top_p", "temperature") if getattr(args, name) is not None]
+    if sampling and not args.sample:
+        raise ValueError("--top-k, --top-p and --temperature need --sample.")
     if args.engine != "pytorch" and args.attention_plot:
         raise ValueError(f"--attention-plot needs the PyTorch model; --engine {args.engine} cannot draw it.")
     if args.engine != "ctranslate2" and args.compute_type:
