@@ -21,6 +21,8 @@ from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "train_worker.py"
+# The CI recipe through the command users run.
+SMOKE_COMMAND = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/smoke.yaml"]
 # The worker imports `benchmarks.synthetic` from the repository root, which is not installed.
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -36,16 +38,7 @@ def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The CI recipe run once by the command, with a data cache of its own (so the BPE and tokenizing run)."""
     work = tmp_path_factory.mktemp("smoke")
     output = work / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "hf_vanilla",
-        "train",
-        "--config",
-        "configs/smoke.yaml",
-        "--output_dir",
-        str(output),
-    ]
+    command = [*SMOKE_COMMAND, "--output_dir", str(output)]
     return output, run([*command, "--data_cache_dir", str(work / "data_cache")])
 
 
@@ -266,16 +259,7 @@ def logged_loss_steps(log: Path) -> list[int]:
 @pytest.mark.slow
 def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path):
     output = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "hf_vanilla",
-        "train",
-        "--config",
-        "configs/smoke.yaml",
-        "--output_dir",
-        str(output),
-    ]
+    command = [*SMOKE_COMMAND, "--output_dir", str(output)]
     command += ["--logging_steps", "1", "--eval_strategy", "no", "--average_last", "0", "--max_steps", "30"]
     job = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = output / "log.csv"

@@ -13,6 +13,8 @@ Keys are hashes of public values (`data.cache_key`): the files behind each split
 times, the number of rows, the tokenizer's serialised form, the limits.
 """
 
+import errno
+import json
 import logging
 import os
 import shutil
@@ -33,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = 3  # part of every key: bump when the layout of the cached files changes
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
+MANIFEST = "manifest.json"  # each file of a complete tokenized cache and its size, written last
+STALE_SECONDS = 600  # a temporary file nobody has written to for this long was left by a killed build
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
 ENCODE_ROWS = 2000  # pairs a worker encodes at a time
 WRITER_BATCH_ROWS = 1 << 15  # rows per record batch of the tokenized files (~5 MB of ids)
@@ -187,9 +191,12 @@ def tokenize_corpus(
     corpus, tokenizer: PreTrainedTokenizerBase, max_length: int, cache_dir: Path, num_workers: int | None = None
 ) -> TokenizedCorpus:
     """Every split of `corpus` tokenized by `Dataset.map` with `num_workers` processes (default: one per core), from
-    the cache or built into it."""
-    import datasets
+    the cache or built into it.
 
+    A cache that cannot be read (a file whose size is not the one recorded in its `MANIFEST` when it was built, or
+    that Arrow cannot open) is built again; a disk that fills up while building raises `OSError` naming the folder
+    and the space to free, and leaves nothing half-written behind; temporary files of builds that stopped writing
+    `STALE_SECONDS` ago (a killed process) are removed before a build."""
     key = cache_key(
         format=CACHE_FORMAT,
         corpus={split: dataset_identity(dataset) for split, dataset in corpus.items()},
@@ -197,7 +204,45 @@ def tokenize_corpus(
         max_length=max_length,
     )
     folder = cache_dir / "tokenized" / key
+    problem = unreadable(folder)
+    if problem is None:
+        try:
+            return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+        except (pa.ArrowInvalid, pa.ArrowIOError) as error:  # a file the manifest could not vouch for
+            problem = str(error)
+    logger.warning("The tokenized cache %s cannot be read (%s): building it again.", folder, problem)
+    shutil.rmtree(folder, ignore_errors=True)
+    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+
+
+def unreadable(folder: Path) -> str | None:
+    """Why a complete cache folder cannot be trusted (a file missing or of another size than its manifest says), or
+    None. A folder without a manifest is a build in progress or an interrupted one, which `Dataset.map` completes."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return None
+    for name, size in json.loads(manifest.read_text()).items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            actual = path.stat().st_size if path.is_file() else "missing"
+            return f"{name}: {actual} bytes, {size} when it was built"
+    return None
+
+
+def remove_stale_temporary_files(folder: Path) -> None:
+    """`Dataset.map` writes each file under a temporary name in `folder`; one no process has written to for
+    `STALE_SECONDS` was left by a build that was killed (a live build writes a record batch every few seconds)."""
+    for path in folder.glob("tmp*"):
+        if time.time() - path.stat().st_mtime > STALE_SECONDS:
+            path.unlink(missing_ok=True)
+            logger.warning("Removed %s, left by a build that stopped.", path)
+
+
+def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, num_workers: int | None):
+    import datasets
+
     folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporary_files(folder)
     existing = set(os.listdir(folder))
     if not num_workers:
         num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -207,23 +252,39 @@ def tokenize_corpus(
     start, splits = time.monotonic(), {}
     for split, dataset in corpus.items():
         workers = max(1, min(num_workers, -(-len(dataset) // MIN_PAIRS_PER_WORKER)))
-        splits[split] = (
-            dataset.with_format("arrow")
-            .map(
-                encode_pairs,
-                batched=True,
-                batch_size=ENCODE_ROWS,
-                num_proc=workers if workers > 1 else None,
-                remove_columns=dataset.column_names,
-                fn_kwargs={"tokenizer": tokenizer, "max_length": max_length if split == "train" else None},
-                cache_file_name=str(folder / f"{split}.arrow"),
-                new_fingerprint=cache_key(key=key, split=split),
-                writer_batch_size=WRITER_BATCH_ROWS,
-                desc=f"tokenizing {split}",
+        try:
+            splits[split] = (
+                dataset.with_format("arrow")
+                .map(
+                    encode_pairs,
+                    batched=True,
+                    batch_size=ENCODE_ROWS,
+                    num_proc=workers if workers > 1 else None,
+                    remove_columns=dataset.column_names,
+                    fn_kwargs={"tokenizer": tokenizer, "max_length": max_length if split == "train" else None},
+                    cache_file_name=str(folder / f"{split}.arrow"),
+                    new_fingerprint=cache_key(key=key, split=split),
+                    writer_batch_size=WRITER_BATCH_ROWS,
+                    desc=f"tokenizing {split}",
+                )
+                .with_format(None)
             )
-            .with_format(None)
-        )
-    built = any(Path(file["filename"]).name not in existing for split in splits.values() for file in split.cache_files)
+        except OSError as error:
+            if error.errno != errno.ENOSPC and "No space left" not in str(error):
+                raise
+            shutil.rmtree(folder, ignore_errors=True)
+            raise OSError(
+                errno.ENOSPC,
+                f"The disk of {folder} filled up while tokenizing {split} (nothing was kept): the tokenized corpus "
+                f"needs about {needed_space_gb(corpus):.1f} GB there. Free that much, or give --data_cache_dir on "
+                "a larger disk.",
+            ) from error
+    files = {Path(file["filename"]).name for split in splits.values() for file in split.cache_files}
+    built = not files <= existing
+    if built or MANIFEST not in existing:  # written once, whole: other processes may be reading it
+        staged = folder / f"{MANIFEST}.{os.getpid()}"
+        staged.write_text(json.dumps({name: (folder / name).stat().st_size for name in sorted(files)}))
+        os.replace(staged, folder / MANIFEST)
     dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
     if built:
         logger.warning("Tokenized the corpus in %.1f s into %s.", time.monotonic() - start, folder)
@@ -235,3 +296,10 @@ def tokenize_corpus(
                 max_length,
             )
     return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built)
+
+
+def needed_space_gb(corpus) -> float:
+    """What the tokenized corpus takes on disk, estimated as half its raw Arrow files (16-bit ids of ~4-character
+    tokens against UTF-8 text)."""
+    raw = sum(Path(file["filename"]).stat().st_size for dataset in corpus.values() for file in dataset.cache_files)
+    return raw / 2 / 1e9
