@@ -175,3 +175,31 @@ def test_inverse_sqrt_schedule_is_the_papers_formula():
         if step in (1, 100, 3999, 4000, 4001, 10000, 20000):
             paper = scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
             assert math.isclose(scheduler.get_last_lr()[0], paper, rel_tol=1e-9), step
+
+
+@pytest.mark.parametrize("hardware", ["a CPU with AVX512-BF16", None])
+def test_bf16_auto_asks_for_bf16_where_the_hardware_computes_it(tmp_path, monkeypatch, caplog, hardware):
+    from hf_vanilla.training import arguments
+
+    monkeypatch.setattr(arguments, "bf16_hardware", lambda: hardware)
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("bf16: auto\nuse_cpu: true\n")
+    with caplog.at_level("WARNING"):
+        _, from_recipe = parse_arguments(["--config", str(recipe_file), "--output_dir", str(tmp_path)])
+        _, from_option = parse_arguments(["--bf16", "auto", "--use_cpu", "true", "--output_dir", str(tmp_path)])
+    assert from_recipe.bf16 is from_option.bf16 is (hardware is not None)
+    assert f"bf16: auto -> {hardware is not None}" in caplog.text
+
+
+def test_base_size_models_trained_in_float32_on_bf16_hardware_get_one_line(tmp_path, monkeypatch, caplog):
+    from hf_vanilla import VanillaTransformerConfig
+    from hf_vanilla.training import recipe
+
+    monkeypatch.setattr(recipe, "bf16_hardware", lambda: "a CPU with AMX")
+    _, args = parse_arguments(["--use_cpu", "true", "--output_dir", str(tmp_path)])
+    with caplog.at_level("WARNING"):
+        recipe.suggest_bf16(args, VanillaTransformerConfig(d_model=512))
+        recipe.suggest_bf16(
+            args, VanillaTransformerConfig(d_model=128, encoder_attention_heads=4, decoder_attention_heads=4)
+        )
+    assert caplog.text.count("--bf16 true") == 1 and "512 wide" in caplog.text

@@ -2,6 +2,7 @@
 with a YAML file for defaults."""
 
 import argparse
+import logging
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -10,6 +11,9 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..data import BUNDLED_CORPORA
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,7 +127,14 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         unknown = set(values) - option_names(parser)
         if unknown:
             raise ValueError(f"{known.config}: unknown keys {sorted(unknown)}; see `hf-vanilla train --help`.")
+        if values.get("bf16") == "auto":
+            values["bf16"] = resolve_bf16_auto()
         parser.set_defaults(**values)
+    previous = ["", *rest[:-1]]
+    rest = [
+        str(resolve_bf16_auto()) if (option, value) == ("--bf16", "auto") else value
+        for option, value in zip(previous, rest, strict=True)
+    ]
     processes = launched_processes()
     if processes > 1 and not torch.accelerator.is_available():
         # transformers goes distributed on CPU-only hosts only with `use_cpu`: without it each process of a
@@ -136,6 +147,23 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
             "Drop --use_cpu false (the processes then train as one job on the CPU)."
         )
     return recipe, training_args
+
+
+def bf16_hardware() -> str | None:
+    """What computes bf16 natively here (a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX), or None."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name() if torch.cuda.is_bf16_supported() else None
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
+    found = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    return f"a CPU with {' and '.join(found)}" if found else None
+
+
+def resolve_bf16_auto() -> bool:
+    """`bf16: auto` (in a recipe, or `--bf16 auto`): bf16 autocast where the hardware computes it natively."""
+    hardware = bf16_hardware()
+    logger.warning("bf16: auto -> %s (%s)", hardware is not None, hardware or "no native bf16 here")
+    return hardware is not None
 
 
 def launched_processes() -> int:

@@ -28,7 +28,7 @@ from ..data import load_parallel_corpus
 from ..loading import load_model
 from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 from ..pipeline_vanilla import decoding_budget
-from .arguments import RecipeArguments, resume_point, with_paper_learning_rate
+from .arguments import RecipeArguments, bf16_hardware, resume_point, with_paper_learning_rate
 from .callbacks import (
     CheckpointAveragingCallback,
     CsvLoggerCallback,
@@ -223,6 +223,22 @@ def build_trainer(
     )
 
 
+# From this width on, bf16 autocast pays on hardware that computes bf16 natively (docs/performance.md, bf16 table).
+BF16_PAYS_FROM_D_MODEL = 512
+
+
+def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransformerConfig) -> None:
+    """One line when hardware that computes bf16 natively trains a model of base size or more in float32."""
+    hardware = bf16_hardware()
+    if hardware and not (training_args.bf16 or training_args.fp16) and config.d_model >= BF16_PAYS_FROM_D_MODEL:
+        logger.warning(
+            "This is %s and the model is %d wide: --bf16 true (or `bf16: auto` in the recipe) trains it faster; "
+            "see docs/performance.md.",
+            hardware,
+            config.d_model,
+        )
+
+
 def check_resumable_with_this_many_processes(training_args: Seq2SeqTrainingArguments) -> None:
     """A checkpoint says where its run stood in the epoch as a count of batches per process, and the token-budget
     batches are dealt to processes differently for another process count (their number is made a multiple of it):
@@ -303,6 +319,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed
     model = build_model(recipe.model_config, data.tokenizer, recipe.source_language, recipe.target_language)
     clock.lap("model")
+    suggest_bf16(training_args, model.config)
     callbacks = [*recipe_callbacks(recipe, output_dir, data.tokenizer), FirstUpdateCallback(clock)]
     trainer = build_trainer(recipe, training_args, data, model, callbacks)
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
