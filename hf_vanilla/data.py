@@ -84,6 +84,13 @@ def cache_key(**parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def datasets_cache_dir() -> Path:
+    """The `datasets` library's cache folder (`HF_DATASETS_CACHE`), where our copies of the text live too."""
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE)
+
+
 def _load_local(path: Path, *args, **kwargs):
     """`datasets.load_dataset(*args)` over the local `path` (a file or a repository folder), cached under a key of
     the files' paths, sizes and modification times. The library's own key for a local repository with a README
@@ -93,7 +100,7 @@ def _load_local(path: Path, *args, **kwargs):
 
     files = sorted(path.rglob("*")) if path.is_dir() else [path]
     key = cache_key(files=[file_stamp(file) for file in files if file.is_file()])
-    cache_dir = Path(datasets.config.HF_DATASETS_CACHE) / "hf_vanilla" / "local" / key
+    cache_dir = datasets_cache_dir() / "hf_vanilla" / "local" / key
     return datasets.load_dataset(*args, cache_dir=str(cache_dir), **kwargs)
 
 

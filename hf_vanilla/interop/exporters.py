@@ -277,9 +277,8 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, VanillaGeneration
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
-        encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs.last_hidden_state)
+        # the one field the graphs were traced with (a tuple's first element, or a model output's)
+        encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
         if attention_mask is None:
             attention_mask = torch.ones(encoder_outputs.last_hidden_state.shape[:2], dtype=torch.long)
         if past_key_values is None or not use_cache:

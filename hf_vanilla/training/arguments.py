@@ -136,12 +136,13 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         for option, value in zip(previous, rest, strict=True)
     ]
     processes = launched_processes()
-    if processes > 1 and not torch.accelerator.is_available():
+    cpu_cluster = processes > 1 and not torch.accelerator.is_available()
+    if cpu_cluster:
         # transformers goes distributed on CPU-only hosts only with `use_cpu`: without it each process of a
         # torchrun/srun launch would train alone on the whole corpus, N independent jobs writing one folder.
         parser.set_defaults(use_cpu=True)
     recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
-    if processes > 1 and not torch.accelerator.is_available() and not training_args.use_cpu:
+    if cpu_cluster and not training_args.use_cpu:
         raise ValueError(
             f"Launched as {processes} processes on hosts without a GPU, but --use_cpu false: each would train alone. "
             "Drop --use_cpu false (the processes then train as one job on the CPU)."

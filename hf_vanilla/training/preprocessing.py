@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from ..data import cache_key, file_stamp
+from ..data import cache_key, datasets_cache_dir, file_stamp
 from ..tokenization import train_bpe_tokenizer
 
 
@@ -43,9 +43,7 @@ WRITER_BATCH_ROWS = 1 << 15  # rows per record batch of the tokenized files (~5 
 
 
 def default_cache_dir() -> Path:
-    import datasets
-
-    return Path(datasets.config.HF_DATASETS_CACHE) / "hf_vanilla"
+    return datasets_cache_dir() / "hf_vanilla"
 
 
 def dataset_identity(dataset) -> dict:

@@ -24,7 +24,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_vanilla import VanillaTransformerConfig
-from ..data import load_parallel_corpus
+from ..data import datasets_cache_dir, load_parallel_corpus
 from ..loading import load_model
 from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 from ..pipeline_vanilla import decoding_budget
@@ -133,12 +133,6 @@ def prepare_data(
     # Only the tokenized training split is read from here on.
     evaluation_splits = {split: pairs for split, pairs in corpus.items() if split != "train"}
     return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
-
-
-def datasets_cache_dir() -> Path:
-    import datasets
-
-    return Path(datasets.config.HF_DATASETS_CACHE)
 
 
 def caches_shared_by_all_nodes(folders: list[Path], training_args: Seq2SeqTrainingArguments) -> bool:
