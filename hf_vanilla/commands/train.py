@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from accelerate import PartialState
+
     from ..training import TrainingInterrupted, parse_arguments, run_training
 
     try:
@@ -26,3 +28,9 @@ def run(args: argparse.Namespace) -> None:
     except TrainingInterrupted as stop:
         print(stop, file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)  # the shell's convention for "terminated by SIGTERM"
+    # Every rank leaves together and closes its process group itself: a gloo group left to the interpreter's
+    # teardown aborted a rank that finished first while the main one still wrote the run (SIGABRT, "terminate
+    # called without an active exception", in CI).
+    state = PartialState()
+    state.wait_for_everyone()
+    state.destroy_process_group()
