@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, pipeline
 from transformers.trainer_pt_utils import LabelSmoother
+
+from hf_vanilla.data import load_parallel_corpus
 
 from .conftest import REMOTE_PIPELINE, run_without_hf_vanilla
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
@@ -51,7 +54,13 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smo
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["global_step"] == 40 and scores["dropped_training_pairs"] == 0
     assert scores["seed"] == 1 and scores["train_wall_seconds"] > 0 and "torch " in scores["hardware"]
-    assert 0.0 <= scores["test_bleu"] <= 100.0 and "version:" in scores["bleu_signature"]
+    # The scores file agrees with sacreBLEU run here on the written translations and the raw references.
+    hypotheses = (output / "test_translations.txt").read_text(encoding="utf-8").splitlines()
+    references = load_parallel_corpus("multi30k", "en", "de", splits=("test",))["test"]["target"][:40]
+    assert len(hypotheses) == 40
+    recomputed = sacrebleu.corpus_bleu(hypotheses, [references])
+    assert scores["bleu_raw_references"] == pytest.approx(recomputed.score, abs=1e-9)
+    assert scores["bleu_signature"].endswith(f"version:{sacrebleu.__version__}")
     assert (output / "tokenizer" / "tokenizer.json").exists()  # trained because none was given
     assert (output / "averaged" / "model.safetensors").exists() and (output / "averaged" / "tokenizer.json").exists()
     assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -66,14 +75,22 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smo
     for folder in ("final", "averaged", "checkpoint-40"):  # our length limit, not the library's 20 leaked in
         assert json.loads((output / folder / "generation_config.json").read_text())["max_length"] == 512
 
-    # A Trainer checkpoint translates in a Python without hf_vanilla, through remote code only.
-    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output / "checkpoint-40"), json.dumps(["A dog."])], tmp_path)
-    assert isinstance(json.loads(stdout.strip().splitlines()[-1])[0], str)
+    assert not list((output / "final").glob("*.bin")), "final/ holds the model, not the Trainer's training_args.bin"
 
+    # A Trainer checkpoint translates in a Python without hf_vanilla, through remote code only, as the package does.
+    sources = ["A dog.", "Two men sit on a bench."]
+    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output / "checkpoint-40"), json.dumps(sources)], tmp_path)
+    checkpoint = AutoModelForSeq2SeqLM.from_pretrained(output / "checkpoint-40", attn_implementation="eager")
+    translator = pipeline("translation", model=checkpoint, tokenizer=AutoTokenizer.from_pretrained(output / "final"))
+    expected = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
+    assert json.loads(stdout.strip().splitlines()[-1]) == [o["translation_text"] for o in expected]
+
+    # The pipeline gives what generate() and the tokenizer give by hand.
     model = AutoModelForSeq2SeqLM.from_pretrained(output / "final")
     tokenizer = AutoTokenizer.from_pretrained(output / "final")
     translation = pipeline("translation", model=model, tokenizer=tokenizer)("A dog runs.", num_beams=2)
-    assert isinstance(translation[0]["translation_text"], str)
+    tokens = model.generate(**tokenizer(["A dog runs."], return_tensors="pt"), num_beams=2)
+    assert translation[0]["translation_text"] == tokenizer.decode(tokens[0], skip_special_tokens=True)
 
 
 TRAINING_SETTINGS = ("label_smoothing", "loss_chunk_size", "label_smoothing_factor", "learning_rate", "max_tokens")

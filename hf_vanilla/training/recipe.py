@@ -278,8 +278,11 @@ def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArgum
 
 def report(trainer, recipe: RecipeArguments, data: PreparedData, test, scores: dict, output_dir: Path) -> dict:
     """On the main process: save `final/`, score against the raw references, write the run's files."""
-    trainer.save_model(output_dir / "final")
     tokenizer = data.tokenizer
+    # The model and its tokenizer only: the Trainer's `save_model` would add its pickled training arguments
+    # (training_args.bin), and a published model holds no training settings.
+    trainer.model.save_pretrained(output_dir / "final")
+    tokenizer.save_pretrained(output_dir / "final")
     hypotheses = decode_padded(tokenizer, test.predictions)
     hyperparameters = card_hyperparameters(
         trainer.args,
