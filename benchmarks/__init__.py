@@ -1,1 +1,32 @@
-"""The lab: speed and memory of hf_vanilla against MarianMT (not shipped in the wheel)."""
+"""The lab: speed, memory and quality of hf_vanilla, each against a peer in the same run (not shipped in the wheel).
+
+Every benchmark writes its JSON through `record`, so each result in docs/results says the commit it measured, the
+machine (CPU model, cores, threads) and the command; `python -m benchmarks.report` renders the docs' tables from them.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def commit_of(checkout: Path = ROOT) -> str:
+    """The commit a checkout holds (a benchmark measures the code it runs, so it records which)."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict:
+    """The machine of a run: CPU model with cores and threads (or the GPU), torch version, date."""
+    from hf_vanilla.training.report import hardware_description
+
+    return {"hardware": hardware_description(1), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+
+
+def record(module: str, results: list, **extra) -> dict:
+    """A results document: the machine, the command that wrote it, the commit and the results."""
+    command = " ".join(["python -m", module, *sys.argv[1:]])
+    return {"machine": {**machine(), **extra}, "command": command, "commit": commit_of(), "results": results}

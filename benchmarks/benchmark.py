@@ -8,7 +8,7 @@ int8_float32, and ONNX Runtime (float32, driven by transformers' generate()).
 
 Run from the repository root (the package `benchmarks` is not installed with hf_vanilla):
 
-    python -m benchmarks.benchmark --preset small --threads 2 --repeats 5 --json runs/benchmark_small.json
+    python -m benchmarks.benchmark --preset small --threads 2 --repeats 5 --json docs/results/marian-small-cpu.json
     python -m benchmarks.benchmark --preset base --device cuda --dtype bfloat16 --compile
     python -m benchmarks.benchmark --preset small --threads 2 --profile 4   # where the time goes (torch.profiler)
 """
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks import record
 from benchmarks.memory import fresh_process_peak_rss
 from benchmarks.synthetic import (
     PRESETS,
@@ -285,11 +286,6 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def save_report(report: dict, json_path: str) -> None:
-    with open(json_path, "w") as handle:
-        json.dump(report, handle, indent=2)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
@@ -327,7 +323,8 @@ def main() -> None:
     )
     print(markdown_table(report))
     if args.json:
-        save_report(report, args.json)
+        with open(args.json, "w") as handle:
+            json.dump(record("benchmarks.benchmark", [report]), handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,21 +10,17 @@ translation is greedy `generate()` of 16 sources of 32 tokens to 32 new tokens.
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks import ROOT, record
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.training.arguments import bf16_hardware
-from hf_vanilla.training.report import hardware_description
 
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"tiny": "configs/tiny.json", "quickstart": "configs/quickstart_model.json", "base": "configs/base.json"}
 VOCAB = 8000
 
@@ -89,18 +85,7 @@ def main() -> None:
         result = measure(preset, args.repeats)
         print(json.dumps({k: v for k, v in result.items() if k != "seconds"}), flush=True)
         results.append(result)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    document = {
-        "machine": {
-            "hardware": hardware_description(1),
-            "cpus": os.cpu_count(),
-            "native_bf16": bf16_hardware(),
-            "date": time.strftime("%Y-%m-%d"),
-        },
-        "command": " ".join(["python -m benchmarks.bf16", *sys.argv[1:]]),
-        "commit": commit,
-        "results": results,
-    }
+    document = record("benchmarks.bf16", results, native_bf16=bf16_hardware())
     if args.json:
         args.json.write_text(json.dumps(document, indent=1) + "\n")
 

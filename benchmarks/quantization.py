@@ -6,7 +6,7 @@ sentences per second and how many translations equal PyTorch's, alternating engi
 process, each through the batching of `hf-vanilla translate` (`inference.translate_stream`). Same decoding
 everywhere: beam `--beam`, length penalty `--length-penalty`, at most source length + 50 new tokens.
 
-    python -m benchmarks.quantization runs/quickstart_s1/averaged --json docs/results/ct2-quantization.json
+    python -m benchmarks.quantization runs/quickstart/final --json docs/results/engines-quickstart-cpu.json
 """
 
 import argparse
@@ -26,6 +26,7 @@ from hf_vanilla.interop.exporters import ExportedVanillaForConditionalGeneration
 from hf_vanilla.loading import load_model
 from hf_vanilla.training.metrics import TranslationMetric
 
+from . import record
 from .benchmark import CT2_QUANTIZATIONS
 
 
@@ -107,7 +108,7 @@ def main() -> None:
         same = f"{row['identical_to_pytorch']}/{len(sources)}"
         print(f"| {name} | {row['bleu']:.2f} | {row['chrf']:.2f} | {speed:.1f} | {speed / baseline:.2f}x | {same} |")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        Path(args.json).write_text(json.dumps(record("benchmarks.quantization", [report]), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from benchmarks import ROOT, commit_of, record
 from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
-from hf_vanilla.training.report import hardware_description
 
 
-ROOT = Path(__file__).resolve().parents[1]
 STAGE = re.compile(r"\[rank (\d+)\] startup: (.+?) took ([\d.]+) s")
 TRAINING = ["--config", "configs/quickstart.yaml", "--max_eval_examples", "16", "--max_test_examples", "16"]
 TRAINING += ["--average_last", "0", "--report_to", "none", "--max_train_minutes", "60", "--disable_tqdm", "true"]
@@ -192,10 +191,6 @@ def train_command(processes: int, data: Path, output: Path, cache: Path, *extra:
     return [*launcher, "--num_processes", str(processes), "-m", "hf_vanilla", "train", *options, "--use_cpu", "true"]
 
 
-def commit_of(checkout: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
-
-
 def measure(
     size: int,
     processes: int,
@@ -310,9 +305,9 @@ def main() -> None:
     kept = [r for r in previous if key(r) not in {key(n) for n in results}]
     everything = sorted(kept + results, key=key)
     if args.json:
-        machine = {"hardware": hardware_description(1), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
-        document = {"machine": machine, "command": " ".join(["python -m benchmarks.scale", *sys.argv[1:]])}
-        args.json.write_text(json.dumps({**document, "results": everything}, indent=1) + "\n")
+        document = record("benchmarks.scale", everything)
+        del document["commit"]  # each result names the checkout it measured
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
     if args.plot:
         plot(everything, args.plot)
 
