@@ -29,12 +29,17 @@ def load(name: str) -> dict:
 
 
 def provenance(document: dict, name: str) -> str:
+    """Where a table's figures come from: the JSON, the command that wrote it, the commits it measured, the machine."""
     machine = document["machine"]
-    commits = sorted({result["commit"][:7] for result in document["results"]})
+    commits = sorted({result.get("commit", document.get("commit", ""))[:7] for result in document["results"]})
+    extra = "".join(f", {key.replace('_', ' ')}: {value}" for key, value in machine.items() if key in EXTRA_MACHINE)
     return (
-        f"`docs/results/{name}`: `{document['command']}`, commits {', '.join(commits)}, {machine['hardware']}, "
-        f"{machine['date']}."
+        f"`docs/results/{name}`: `{document['command']}`, commit{'s' if len(commits) > 1 else ''} "
+        f"{', '.join(commits)}, {machine['hardware']}{extra}, {machine['date']}."
     )
+
+
+EXTRA_MACHINE = ("native_bf16",)
 
 
 def _seconds(run: dict | None, stage: str | None = None) -> str:
@@ -95,9 +100,11 @@ def git_order(first: str, second: str) -> int:
 def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m.json") -> str:
     """Issue 25's goals on the scale benchmark (`name` and the largest corpus's `large`), each with the figures that
     meet or miss it: the newest commit measured against the earlier one of the same run."""
-    results = load(name)["results"] + load(large)["results"]
-    newest, *earlier = sorted({r["commit"] for r in results}, key=functools.cmp_to_key(git_order), reverse=True)
-    baseline = earlier[0] if earlier else None
+    by_age = functools.cmp_to_key(git_order)
+    results, large_results = load(name)["results"], load(large)["results"]
+    newest, *earlier = sorted({r["commit"] for r in results}, key=by_age, reverse=True)
+    baseline = earlier[-1] if earlier else None  # the oldest: the path this round replaced
+    newest_large = max({r["commit"] for r in large_results}, key=by_age)
 
     def row(pairs: int, processes: int, commit: str) -> dict | None:
         return next(
@@ -119,21 +126,24 @@ def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m
                 f"- restart / second run at 4.5M pairs, {processes} process(es): "
                 f"{_seconds(ours['restart'])} / {_seconds(ours['second_run'])} (goal: at most 30 s);"
             )
-    for pairs, goal in ((4_500_000, 1024), (36_000_000, 1536)):
-        measured = [r for r in results if r["pairs"] == pairs and r["commit"] == newest]
+    for pairs, goal, rows, commit in (
+        (4_500_000, 1024, results, newest),
+        (36_000_000, 1536, large_results, newest_large),
+    ):
+        measured = [r for r in rows if r["pairs"] == pairs and r["commit"] == commit]
         peaks = [peak for r in measured for peak in r["cold"]["peak_anonymous_mib"].values()]
         if peaks:
             lines.append(
                 f"- peak anonymous memory of any process at {pairs / 1e6:g}M pairs: {max(peaks)} MiB "
-                f"(goal: at most {goal} MiB);"
+                f"(goal: at most {goal} MiB; {commit[:7]});"
             )
-    for r in results:
+    for r in large_results:
         limit = r["cold"].get("memory_limit")
-        if limit and r["commit"] == newest:
+        if limit and r["commit"] == newest_large:
             lines.append(
                 f"- the cold start at {r['pairs'] / 1e6:g}M pairs inside one {limit['limit_gib']:g} GiB cgroup (the "
                 f"training process and its tokenizing workers, page cache counted): peak use {limit['max_usage_mib']} "
-                f"MiB, {limit['oom_kills']} OOM kills, {_seconds(r['cold'])} to the first update."
+                f"MiB, {limit['oom_kills']} OOM kills, {_seconds(r['cold'])} to the first update ({r['commit'][:7]})."
             )
     return "\n".join(lines) + "\n"
 
@@ -156,16 +166,120 @@ def render_bf16(name: str = "bf16-cpu.json") -> str:
                 f"{result[work]['bf16_speedup']:.2f}x",
             ]
         lines.append("| " + " | ".join(cells) + " |")
-    machine = document["machine"]
-    source = (
-        f"`docs/results/{name}`: `{document['command']}`, commit {document['commit'][:7]}, {machine['hardware']}, "
-        f"native bf16: {machine['native_bf16']}, {machine['date']}."
+    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+
+
+def render_quickstart(name: str = "quickstart-cpu.json") -> str:
+    """The README's main job per seed in float32: updates the 10-minute budget allowed, test scores, wall time."""
+    document = load(name)
+    runs = [run for run in document["results"] if not run["bf16"]]
+    lines = ["| seed | updates in 10 min | test2016 BLEU | chrF | whole job, wall time |", "|---|---|---|---|---|"]
+    for run in sorted(runs, key=lambda run: run["seed"]):
+        test = run["test"]
+        lines.append(
+            f"| {run['seed']} | {run['updates']} | {test['test_bleu']:.2f} | {test['test_chrf']:.2f} "
+            f"| {_minutes(run['whole_job_wall_s'])} |"
+        )
+    bleu = [run["test"]["test_bleu"] for run in runs]
+    summary = (
+        f"Mean of the {len(runs)} seeds {sum(bleu) / len(bleu):.2f} BLEU ({min(bleu):.2f}–{max(bleu):.2f}); "
+        f"sacreBLEU `{runs[0]['bleu_signature']}`."
     )
-    return "\n".join(lines) + "\n\n" + source + "\n"
+    return "\n".join(lines) + "\n\n" + summary + "\n\n" + provenance(document, name) + "\n"
+
+
+def render_quickstart_bf16(name: str = "quickstart-cpu.json") -> str:
+    """One seed of the main job in float32 and in bf16: updates, validation at the last step both reached, test."""
+    document = load(name)
+    bf16_seeds = {run["seed"] for run in document["results"] if run["bf16"]}
+    runs = [run for run in document["results"] if run["seed"] in bf16_seeds]
+    common = max(set.intersection(*({e["step"] for e in run["validation"]} for run in runs)))
+    lines = [
+        f"| seed | precision | updates in 10 min | validation loss at update {common} | validation BLEU (greedy) at "
+        f"update {common} | last validation BLEU (update) | test2016 BLEU (beam 4) | chrF |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(runs, key=lambda run: (run["seed"], run["bf16"])):
+        at_common = next(e for e in run["validation"] if e["step"] == common)
+        last = run["validation"][-1]
+        precision = "bf16" if run["bf16"] else "float32"
+        lines.append(
+            f"| {run['seed']} | {precision} | {run['updates']} | {at_common['eval_loss']:.3f} "
+            f"| {at_common['eval_bleu']:.2f} | {last['eval_bleu']:.2f} ({last['step']}) "
+            f"| {run['test']['test_bleu']:.2f} | {run['test']['test_chrf']:.2f} |"
+        )
+    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+
+
+ENGINE_NAMES = {"pytorch": "PyTorch `generate()`", "onnxruntime float32": "ONNX Runtime float32"}
+
+
+def render_engines(name: str = "engines-quickstart-cpu.json") -> str:
+    """`hf-vanilla translate`'s engines on one trained model: quality, speed against PyTorch, identical outputs."""
+    document = load(name)
+    (report,) = document["results"]
+    lines = [
+        "| engine | test2016 BLEU | chrF | sentences/s | vs PyTorch | translations identical to PyTorch's |",
+        "|---|---|---|---|---|---|",
+    ]
+    baseline = report["engines"]["pytorch"]["sentences_per_second"]
+    for engine, row in report["engines"].items():
+        label = ENGINE_NAMES.get(engine, engine.replace("ctranslate2", "CTranslate2").replace("openvino", "OpenVINO"))
+        lines.append(
+            f"| {label} | {row['bleu']:.2f} | {row['chrf']:.2f} | {row['sentences_per_second']:.1f} "
+            f"| {row['sentences_per_second'] / baseline:.2f}x | {row['identical_to_pytorch']}/{report['sentences']} |"
+        )
+    setting = (
+        f"{report['sentences']} sentences of {report['split']}, beam {report['num_beams']}, length penalty "
+        f"{report['length_penalty']}, {report['threads']} threads, median of {len(row['seconds'])} alternating passes."
+    )
+    return "\n".join(lines) + "\n\n" + setting + " " + provenance(document, name) + "\n"
+
+
+def render_marian(name: str = "marian-small-cpu.json") -> str:
+    """hf_vanilla against MarianMT at identical weights, with the other engines as further columns."""
+    from benchmarks.benchmark import markdown_table
+
+    document = load(name)
+    (report,) = document["results"]
+    setting = f"Preset {report['preset']} {report['shape']}, {report['threads']} threads, torch {report['torch']}."
+    return markdown_table(report) + "\n\n" + setting + " " + provenance(document, name) + "\n"
+
+
+def render_test_command(name: str = "test-command-cpu.json") -> str:
+    """One line: how long the README's test command took on a fresh clone, installs and tests apart."""
+    document = load(name)
+    (run,) = document["results"]
+    return (
+        f"Tests (fresh machine, CPU only): {run['summary']} in {_minutes(run['tests_s'])} after "
+        f"{_minutes(run['installs_s'])} of installs, {provenance(document, name)}\n"
+    )
+
+
+def render_translate_memory(name: str = "translate-memory-cpu.json") -> str:
+    """Peak memory of `hf-vanilla translate` per file length: it follows the buffer, not the file."""
+    document = load(name)
+    lines = ["| lines | peak memory (VmHWM) | lines/s | output aligned |", "|---|---|---|---|"]
+    for result in document["results"]:
+        lines.append(
+            f"| {result['lines']:,} | {result['peak_rss_mib']:.0f} MiB | {result['lines_per_second']:.0f} "
+            f"| {'yes' if result['aligned'] else 'no'} |"
+        )
+    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {
     "bf16": render_bf16,
+    "engines": render_engines,
+    "marian": render_marian,
+    "quickstart": render_quickstart,
+    "quickstart-bf16": render_quickstart_bf16,
+    "test-command": render_test_command,
+    "translate-memory": render_translate_memory,
     "scale": render_scale,
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-goals": render_scale_goals,

@@ -6,7 +6,7 @@ VmHWM), its wall time, and whether the output is aligned: as many lines as the i
 blank. The model is a small random one with a short budget (a memory test, not a quality one), so 200k lines take
 minutes on a CPU.
 
-    python benchmarks/translate_memory.py --lines 20000 200000 --json docs/results/translate-memory-cpu.json
+    python -m benchmarks.translate_memory --lines 20000 200000 --json docs/results/translate-memory-cpu.json
 """
 
 import argparse
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import record
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
-from hf_vanilla.training.report import hardware_description
 
 
 def small_model_folder(folder: Path) -> Path:
@@ -111,7 +111,7 @@ def main() -> None:
     largest, smallest = results[-1]["peak_rss_mib"], results[0]["peak_rss_mib"]
     print(f"peak RSS {args.lines[-1]} lines / {args.lines[0]} lines: {largest / smallest:.3f}")
     if args.json:
-        report = {"machine": hardware_description(1), "date": time.strftime("%Y-%m-%d"), "results": results}
+        report = record("benchmarks.translate_memory", results)
         report["peak_rss_ratio_largest_to_smallest"] = round(largest / smallest, 3)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 

@@ -1,0 +1,65 @@
+"""The README's test command as a new user runs it: a fresh clone of the committed code, a new virtual environment,
+the installs, then the tests; the installs and the tests timed apart.
+
+    python -m benchmarks.test_command --json docs/results/test-command-cpu.json
+
+The command is read from the README (the set-up block that runs pytest), so the figure is the command's own.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import ROOT, record
+
+
+TESTS = " && python -m pytest -q"
+
+
+def readme_test_command() -> str:
+    """The README's set-up line that ends with the test run."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.endswith(TESTS)]
+    if len(lines) != 1:
+        raise SystemExit(f"README.md: expected one set-up line ending with {TESTS!r}, found {len(lines)}")
+    return lines[0]
+
+
+def timed(command: str, cwd: Path, log: Path) -> tuple[float, str]:
+    started = time.perf_counter()
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True)
+    log.write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise SystemExit(f"{command!r} failed ({result.returncode}); its output: {log}")
+    return time.perf_counter() - started, result.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    command = readme_test_command()
+    installs = command.removesuffix(TESTS)
+    with tempfile.TemporaryDirectory() as scratch:
+        clone = Path(scratch) / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        install_s, _ = timed(installs, clone, Path(scratch) / "installs.log")
+        tests_s, output = timed(f". .venv/bin/activate{TESTS}", clone, Path(scratch) / "tests.log")
+    summary = re.findall(r"^=*\s*(\d+ passed.*) in [\d.]+s", output, re.MULTILINE)[-1]
+    result = {
+        "command": command,
+        "installs_s": round(install_s, 1),
+        "tests_s": round(tests_s, 1),
+        "passed": int(summary.split()[0]),
+        "summary": summary,
+    }
+    print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(record("benchmarks.test_command", [result]), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
