@@ -136,13 +136,15 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         for option, value in zip(previous, rest, strict=True)
     ]
     processes = launched_processes()
-    cpu_cluster = processes > 1 and not torch.accelerator.is_available()
-    if cpu_cluster:
-        # transformers goes distributed on CPU-only hosts only with `use_cpu`: without it each process of a
-        # torchrun/srun launch would train alone on the whole corpus, N independent jobs writing one folder.
+    cpu_only = not torch.accelerator.is_available()
+    if cpu_only:
+        # Without an accelerator the device is the CPU whatever `use_cpu` says, but transformers asks for it before
+        # it goes distributed (without it each process of a torchrun/srun launch trains alone on the whole corpus,
+        # N independent jobs writing one folder) and before it allows bf16, which `bf16: auto` picks on CPUs with
+        # AVX512-BF16 or AMX ("Your setup doesn't support bf16/gpu. You need to assign use_cpu").
         parser.set_defaults(use_cpu=True)
     recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
-    if cpu_cluster and not training_args.use_cpu:
+    if cpu_only and processes > 1 and not training_args.use_cpu:
         raise ValueError(
             f"Launched as {processes} processes on hosts without a GPU, but --use_cpu false: each would train alone. "
             "Drop --use_cpu false (the processes then train as one job on the CPU)."
