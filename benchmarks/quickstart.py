@@ -83,8 +83,8 @@ def main() -> None:
             result = run_main_job(clone, seed, bf16, work, [o for o in args.extra if o != "--"])
             print(json.dumps({k: v for k, v in result.items() if k != "validation"}), flush=True)
             results.append(result)
-    if args.json:
-        args.json.write_text(json.dumps(record("benchmarks.quickstart", results), indent=1) + "\n")
+            if args.json:  # after every run, so that a later failure keeps the runs before it
+                args.json.write_text(json.dumps(record("benchmarks.quickstart", results), indent=1) + "\n")
 
 
 if __name__ == "__main__":
