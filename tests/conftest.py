@@ -2,8 +2,10 @@
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -17,6 +19,15 @@ from hf_vanilla.tokenization import train_bpe_tokenizer
 
 
 PAD, BOS, EOS = 0, 1, 2
+
+
+def pytest_configure(config):
+    """Every test, and every command a test starts, gets a datasets cache (so also a default data cache) of this
+    session only: no run reuses the BPE or tokenized files of an earlier session, and the user's cache is untouched."""
+    session_cache = tempfile.mkdtemp(prefix="hf-vanilla-tests-")
+    config.add_cleanup(lambda: shutil.rmtree(session_cache, ignore_errors=True))
+    os.environ["HF_DATASETS_CACHE"] = session_cache
+
 
 MULTI30K, _ = BUNDLED_CORPORA["multi30k"]  # shipped with the package: no test skips for lack of data
 

@@ -135,6 +135,8 @@ def test_two_language_pairs_in_one_process_each_save_the_json_they_save_alone(tm
     assert (dict(PIPELINE_REGISTRY.task_aliases), dict(PIPELINE_REGISTRY.supported_tasks)) == (aliases, supported)
 
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-c", SAVE_ALONE, "en", "de", str(tmp_path / "alone")], cwd=root, check=True)
+    subprocess.run(
+        [sys.executable, "-c", SAVE_ALONE, "en", "de", str(tmp_path / "alone")], cwd=root, check=True, timeout=300
+    )
     alone = json.loads((tmp_path / "alone" / "config.json").read_text())
     assert alone == first

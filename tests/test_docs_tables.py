@@ -21,11 +21,21 @@ def test_a_changed_figure_or_an_unknown_table_is_caught():
         report.render("<!-- table: nonsense -->\n<!-- /table -->\n")
 
 
-def test_every_rendered_json_says_what_it_measured_where_and_how():
-    for name in ("scale-cpu.json", "scale-cpu-36m.json", "bf16-cpu.json"):
+def test_every_json_in_docs_results_says_what_it_measured_where_and_how():
+    names = sorted(path.name for path in report.RESULTS.glob("*.json"))
+    assert names
+    for name in names:
         document = report.load(name)
-        assert document["command"] and document["machine"]["hardware"] and document["machine"]["date"]
+        assert document["command"].startswith("python -m benchmarks."), name
+        assert document["machine"]["hardware"] and document["machine"]["date"], name
         commits = (
             [document["commit"]] if "commit" in document else [result["commit"] for result in document["results"]]
         )
         assert commits and all(len(commit) == 40 for commit in commits), name
+
+
+def test_every_json_in_docs_results_is_rendered_into_the_docs():
+    """A result nobody reads is stale or superseded: it belongs in docs/results/archive/."""
+    rendered = "".join(report.render(path.read_text()) for path in report.DOCUMENTS)
+    unread = [path.name for path in report.RESULTS.glob("*.json") if f"docs/results/{path.name}" not in rendered]
+    assert not unread, unread

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sacrebleu
+from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import stream_lines
@@ -68,15 +70,26 @@ def test_run_translation_trains_evaluates_and_writes_a_folder_that_translates_wi
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
-    evaluation = json.loads((output / "eval_results.json").read_text())
-    assert 0.0 <= evaluation["eval_bleu"] <= 100.0  # computed by our metric under evaluate's sacrebleu name
-    assert (output / "generated_predictions.txt").read_text().count("\n") >= 15
+    # Its BLEU, computed by our metric under evaluate's sacrebleu name, is sacreBLEU's on what it wrote and on the
+    # references as it decodes them (its compute_metrics scores tokenizer-decoded labels, rounded to 4 places).
+    predictions = (output / "generated_predictions.txt").read_text(encoding="utf-8").split("\n")
+    targets = [json.loads(line)["translation"]["de"] for line in (tmp_path / "test2016.json").read_text().splitlines()]
+    labels = small_tokenizer(text_target=targets)["input_ids"]
+    references = [label.strip() for label in small_tokenizer.batch_decode(labels, skip_special_tokens=True)]
+    assert len(predictions) == 16
+    bleu = json.loads((output / "predict_results.json").read_text())["predict_bleu"]
+    assert bleu == pytest.approx(sacrebleu.corpus_bleu(predictions, [references]).score, abs=1e-4)
     for folder in (output, output / "checkpoint-4"):  # the final folder and a Trainer checkpoint
         config_json = json.loads((folder / "config.json").read_text())
         assert config_json["custom_pipelines"]["translation"]["impl"] == "pipeline_vanilla.VanillaTranslationPipeline"
         assert (folder / "pipeline_vanilla.py").exists()
-    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output), json.dumps(["A dog runs."])], tmp_path)
-    assert isinstance(json.loads(stdout.strip().splitlines()[-1])[0], str)
+    # Without hf_vanilla, through the folder's remote code, it translates as the package does.
+    sources = ["A dog runs.", "Two men sit on a bench."]
+    stdout = run_without_hf_vanilla(REMOTE_PIPELINE, [str(output), json.dumps(sources)], tmp_path)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(output, attn_implementation="eager")
+    translator = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(output))
+    expected = translator(sources, num_beams=1, max_new_tokens=15, batch_size=2)
+    assert json.loads(stdout.strip().splitlines()[-1]) == [o["translation_text"] for o in expected]
 
 
 def test_beam_search_fills_finished_rows_with_eos_because_our_pad_id_is_0(reversal_model):

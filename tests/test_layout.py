@@ -94,6 +94,7 @@ def test_the_wheel_carries_the_library_card_template_and_corpora_but_not_the_lab
         ],
         check=True,
         capture_output=True,
+        timeout=600,
     )
     (wheel,) = tmp_path.glob("hf_vanilla-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -113,6 +114,7 @@ def test_the_wheel_carries_the_library_card_template_and_corpora_but_not_the_lab
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
         check=True,
         capture_output=True,
+        timeout=600,
     )
     script = (
         "import hf_vanilla.hub, hf_vanilla.data;"
@@ -127,6 +129,7 @@ def test_the_wheel_carries_the_library_card_template_and_corpora_but_not_the_lab
         capture_output=True,
         text=True,
         check=True,
+        timeout=300,
     )
     template, sizes = result.stdout.splitlines()[-2:]
     assert Path(template) == site / "hf_vanilla" / "model_card.md"

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from huggingface_hub import ModelCard, metadata_load
@@ -107,10 +108,13 @@ def test_published_folder_loads_without_hf_vanilla(published, tmp_path):
     assert result["translation"] == tokenizer.decode(expected[0], skip_special_tokens=True)
 
 
-def test_dry_run_lists_files_and_writes_nothing(published, tmp_path):
-    _, model, tokenizer = published
+def test_dry_run_lists_the_folder_it_would_write_and_leaves_nothing(published, tmp_path, monkeypatch):
+    folder, model, tokenizer = published
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its scratch folder goes, to see it removed
     listing = dry_run(model, tokenizer, CARD)
-    assert any(line.startswith("model.safetensors\t") for line in listing) and len(listing) >= 9
+    written = {path.name: path.stat().st_size for path in folder.iterdir()}  # the fixture's write_hub_folder
+    assert {line.split("\t")[0] for line in listing} == set(written)
+    assert f"model.safetensors\t{written['model.safetensors']} bytes" in listing
     assert list(tmp_path.iterdir()) == []
 
 

@@ -146,9 +146,12 @@ def test_mismatched_tokenizer_fails_when_pipeline_and_trainer_are_built(tokenize
         )
 
 
-def test_matching_tokenizer_is_accepted():
-    translator = pipeline("translation", model=make_model(), tokenizer=word_level_tokenizer(VOCAB))
-    assert translator("t5 t6", num_beams=1, max_new_tokens=2)[0]["translation_text"] is not None
+def test_matching_tokenizer_is_accepted_and_translates_as_generate_does():
+    model, tokenizer = make_model(), word_level_tokenizer(VOCAB)
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    source = tokenizer(["t5 t6"], return_tensors="pt", return_token_type_ids=False)
+    expected = tokenizer.decode(model.generate(**source, num_beams=1, max_new_tokens=2)[0], skip_special_tokens=True)
+    assert translator("t5 t6", num_beams=1, max_new_tokens=2)[0]["translation_text"] == expected
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTranslationPipeline
@@ -14,7 +15,7 @@ from hf_vanilla.data import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
 from hf_vanilla.training.preprocessing import encode_texts, id_type
 
-from .conftest import MULTI30K, REMOTE_PIPELINE, make_model, run_without_hf_vanilla
+from .conftest import EOS, MULTI30K, REMOTE_PIPELINE, REVERSAL_SOURCES, make_model, run_without_hf_vanilla
 
 
 @pytest.mark.slow
@@ -108,11 +109,37 @@ def test_form_a_model_object(translator_parts):
     assert capped[0]["translation_text"] == tokenizer.decode(short[0], skip_special_tokens=True)
 
 
-def test_n_best_and_length_penalty(translator_parts):
-    model, tokenizer = translator_parts
+def teacher_forced_log_prob(model, source: torch.Tensor, candidate: torch.Tensor) -> tuple[float, int]:
+    """Sum of the log-probabilities of a generated candidate (after the decoder start, up to its EOS) and its
+    length: the terms of beam search's score `sum / length ** length_penalty`."""
+    ends = (candidate[1:] == EOS).nonzero()  # candidate[0] is the decoder start
+    length = ends[0, 0].item() + 1 if len(ends) else len(candidate) - 1  # up to the first EOS, or the budget
+    tokens = candidate[1 : 1 + length]
+    with torch.no_grad():
+        logits = model(input_ids=source, decoder_input_ids=candidate[None, :length]).logits[0]
+    return logits.log_softmax(-1).gather(-1, tokens[:, None]).sum().item(), length
+
+
+def test_the_length_penalty_divides_by_length_and_reaches_the_pipelines_n_best(reversal_model):
+    model, tokenizer = reversal_model
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
-    nbest = translator(SOURCES[:2], num_beams=4, num_return_sequences=3, length_penalty=1.0)
-    assert len(nbest) == 2 and all(len(candidates) == 3 for candidates in nbest)
+    texts = [" ".join(f"t{i}" for i in ids) + " </s>" for ids in REVERSAL_SOURCES]
+    nbest = {}
+    for penalty in (-2.0, 0.0, 2.0):
+        for text in texts:
+            source = tokenizer(text, return_tensors="pt", return_token_type_ids=False)["input_ids"]
+            out = model.generate(input_ids=source, num_beams=4, num_return_sequences=3, length_penalty=penalty,
+                                 max_new_tokens=12, output_scores=True, return_dict_in_generate=True)  # fmt: skip
+            for candidate, score in zip(out.sequences, out.sequences_scores.tolist(), strict=True):
+                log_prob, length = teacher_forced_log_prob(model, source, candidate)  # independent of generate
+                assert score == pytest.approx(log_prob / length**penalty, abs=1e-4)
+            nbest[penalty, text] = tokenizer.batch_decode(out.sequences, skip_special_tokens=True)
+        piped = translator(texts, num_beams=4, num_return_sequences=3, length_penalty=penalty, max_new_tokens=12)
+        assert [[c["translation_text"] for c in candidates] for candidates in piped] == [
+            nbest[penalty, text] for text in texts
+        ]
+    # The penalty changes the n-best of some sources (so the pipeline's equality above is about the penalty).
+    assert any(nbest[-2.0, text] != nbest[2.0, text] for text in texts)
 
 
 def test_pipeline_rejects_empty_input(translator_parts):

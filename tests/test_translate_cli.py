@@ -1,8 +1,10 @@
 """`translate_lines` and `hf-vanilla translate`: line i of the output translates line i of the input whatever the
 buffer, budget, blank lines, invalid bytes or engine; batching changes nothing; output comes as buffers finish."""
 
+import queue
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -128,14 +130,16 @@ def test_cli_writes_each_buffer_as_soon_as_it_is_done(saved_model):
     command = [sys.executable, "-m", "hf_vanilla", "translate", str(folder), "--buffer-size", "2", "--no-progress"]
     command += ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4"]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    lines = queue.Queue()  # read by a thread, so that a line that never comes fails the test instead of hanging it
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     try:
         process.stdin.write(b"A dog.\n\n")
         process.stdin.flush()
         # the first buffer's two lines come back while the input is still open
-        assert process.stdout.readline().strip() and process.stdout.readline() == b"\n"
+        assert lines.get(timeout=120).strip() and lines.get(timeout=120) == b"\n"
         process.stdin.write(b"Hi\n")
         process.stdin.close()
-        assert process.stdout.readline().strip() and process.wait(timeout=120) == 0
+        assert lines.get(timeout=120).strip() and process.wait(timeout=120) == 0
     finally:
         process.kill()
 

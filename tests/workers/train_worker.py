@@ -4,7 +4,9 @@ Writes `<output_dir>/rank<r>.json`: the batches this rank saw (as id tuples) and
 With `--kill-at N` the process SIGKILLs itself after update N (a crash, not a clean stop); with `--terminate-at N`
 it sends itself SIGTERM there (a preemption: the trainer saves a checkpoint at N and stops); with
 `--kill-while-saving N` it SIGKILLs itself in the middle of writing checkpoint N, after the model weights and
-before the optimizer and trainer state.
+before the optimizer and trainer state. With `--replay FILE` it trains on the micro-batches listed there (lists of
+source id sequences), in that order, instead of the token-budget sampler's; `--save-weights` also writes
+`rank<r>.safetensors`.
 """
 
 import argparse
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from safetensors.torch import save_file
+from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, TrainerCallback
 
 from benchmarks.synthetic import word_level_tokenizer
@@ -60,6 +64,25 @@ def kill_while_saving(trainer: TokenBudgetSeq2SeqTrainer, step: int) -> None:
     trainer._save_optimizer_and_scheduler = save_or_die
 
 
+class ReplayingTrainer(TokenBudgetSeq2SeqTrainer):
+    """Trains on given micro-batches (each a list of dataset rows), in the given order."""
+
+    def __init__(self, *args, batches: list[list[int]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = batches
+
+    def get_train_dataloader(self) -> DataLoader:
+        rows = self.train_dataset.select_columns(["input_ids", "labels"])
+        loader = DataLoader(rows, batch_sampler=self.batches, collate_fn=self.data_collator)
+        return self.accelerator.prepare(loader)
+
+
+def rows_of(batches: list[list[list[int]]], dataset: Dataset) -> list[list[int]]:
+    """The dataset rows of micro-batches recorded as source id sequences."""
+    row_of = {tuple(ids): row for row, ids in enumerate(dataset["input_ids"])}
+    return [[row_of[tuple(ids)] for ids in batch] for batch in batches]
+
+
 def synthetic_pairs(count: int = 160) -> Dataset:
     generator = torch.Generator().manual_seed(0)
     rows = {"input_ids": [], "attention_mask": [], "labels": [], "source_length": [], "target_length": []}
@@ -84,6 +107,10 @@ def main() -> None:
     parser.add_argument("--terminate-at", type=int)
     parser.add_argument("--kill-while-saving", type=int)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--gradient-accumulation", type=int, default=2)
+    parser.add_argument("--replay", type=Path, help="a JSON list of micro-batches to train on, in order")
+    parser.add_argument("--save-weights", action="store_true")
     options = parser.parse_args()
 
     torch.manual_seed(0)
@@ -96,7 +123,7 @@ def main() -> None:
         decoder_attention_heads=4,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
-        dropout=0.2,
+        dropout=options.dropout,
     )
     model = VanillaTransformerForConditionalGeneration(config)
     args = Seq2SeqTrainingArguments(
@@ -118,13 +145,15 @@ def main() -> None:
         use_cpu=True,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        gradient_accumulation_steps=2,
+        gradient_accumulation_steps=options.gradient_accumulation,
     )
     stop_on_sigterm = StopOnSigtermCallback()
-    trainer = TokenBudgetSeq2SeqTrainer(
+    dataset = synthetic_pairs()
+    replay = {"batches": rows_of(json.loads(options.replay.read_text()), dataset)} if options.replay else {}
+    trainer = (ReplayingTrainer if options.replay else TokenBudgetSeq2SeqTrainer)(
         model=model,
         args=args,
-        train_dataset=synthetic_pairs(),
+        train_dataset=dataset,
         data_collator=RecordingCollator(word_level_tokenizer(48), model=model),
         callbacks=[
             *([SignalAt(options.kill_at, signal.SIGKILL)] if options.kill_at else []),
@@ -132,6 +161,7 @@ def main() -> None:
             stop_on_sigterm,
         ],
         max_tokens=48,
+        **replay,
     )
     if options.kill_while_saving:
         kill_while_saving(trainer, options.kill_while_saving)
@@ -140,11 +170,14 @@ def main() -> None:
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode() + tensor.detach().cpu().numpy().tobytes())
     rank = trainer.args.process_index
+    if options.save_weights:  # copies: the tied embeddings share storage, which safetensors refuses
+        weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+        save_file(weights, Path(options.output_dir, f"rank{rank}.safetensors"))
     Path(options.output_dir, f"rank{rank}.json").write_text(
         json.dumps(
             {
                 "batches": RecordingCollator.seen,
-                "dataset": list(synthetic_pairs()["input_ids"]),
+                "dataset": list(dataset["input_ids"]),
                 "weights": digest.hexdigest(),
                 "step": trainer.state.global_step,
                 "stopped_by_sigterm_at": stop_on_sigterm.stopped_at,
