@@ -42,6 +42,12 @@ def provenance(document: dict, name: str) -> str:
 EXTRA_MACHINE = ("native_bf16",)
 
 
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
 def _seconds(run: dict | None, stage: str | None = None) -> str:
     if run is None:
         return ""
@@ -151,11 +157,9 @@ def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m
 def render_bf16(name: str = "bf16-cpu.json") -> str:
     """float32 against bf16 autocast per preset: medians of a training step and a translation, and the speed-ups."""
     document = load(name)
-    lines = [
-        "| preset | parameters | training step, float32 | bf16 | bf16 speed-up | translation, float32 | bf16 "
-        "| bf16 speed-up |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["preset", "parameters", "training step, float32", "bf16", "bf16 speed-up"]
+    header += ["translation, float32", "bf16", "bf16 speed-up"]
+    rows = []
     for result in document["results"]:
         cells = [result["preset"], f"{result['parameters'] / 1e6:.1f}M"]
         for work in ("training_step", "translation"):
@@ -165,31 +169,32 @@ def render_bf16(name: str = "bf16-cpu.json") -> str:
                 f"{medians['bf16']:.3f} s",
                 f"{result[work]['bf16_speedup']:.2f}x",
             ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+        rows.append(cells)
+    return markdown(header, rows) + "\n\n" + provenance(document, name) + "\n"
 
 
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {round(seconds % 60)} s"
 
 
+def _test_scores(run: dict) -> list[str]:
+    return [f"{run['test']['test_bleu']:.2f}", f"{run['test']['test_chrf']:.2f}"]
+
+
 def render_quickstart(name: str = "quickstart-cpu.json") -> str:
     """The README's main job per seed in float32: updates the 10-minute budget allowed, test scores, wall time."""
     document = load(name)
-    runs = [run for run in document["results"] if not run["bf16"]]
-    lines = ["| seed | updates in 10 min | test2016 BLEU | chrF | whole job, wall time |", "|---|---|---|---|---|"]
-    for run in sorted(runs, key=lambda run: run["seed"]):
-        test = run["test"]
-        lines.append(
-            f"| {run['seed']} | {run['updates']} | {test['test_bleu']:.2f} | {test['test_chrf']:.2f} "
-            f"| {_minutes(run['whole_job_wall_s'])} |"
-        )
+    runs = sorted((run for run in document["results"] if not run["bf16"]), key=lambda run: run["seed"])
+    rows = [
+        [str(run["seed"]), str(run["updates"]), *_test_scores(run), _minutes(run["whole_job_wall_s"])] for run in runs
+    ]
+    table = markdown(["seed", "updates in 10 min", "test2016 BLEU", "chrF", "whole job, wall time"], rows)
     bleu = [run["test"]["test_bleu"] for run in runs]
     summary = (
         f"Mean of the {len(runs)} seeds {sum(bleu) / len(bleu):.2f} BLEU ({min(bleu):.2f}–{max(bleu):.2f}); "
         f"sacreBLEU `{runs[0]['bleu_signature']}`."
     )
-    return "\n".join(lines) + "\n\n" + summary + "\n\n" + provenance(document, name) + "\n"
+    return table + "\n\n" + summary + "\n\n" + provenance(document, name) + "\n"
 
 
 def render_quickstart_bf16(name: str = "quickstart-cpu.json") -> str:
@@ -198,46 +203,44 @@ def render_quickstart_bf16(name: str = "quickstart-cpu.json") -> str:
     bf16_seeds = {run["seed"] for run in document["results"] if run["bf16"]}
     runs = [run for run in document["results"] if run["seed"] in bf16_seeds]
     common = max(set.intersection(*({e["step"] for e in run["validation"]} for run in runs)))
-    lines = [
-        f"| seed | precision | updates in 10 min | validation loss at update {common} | validation BLEU (greedy) at "
-        f"update {common} | last validation BLEU (update) | test2016 BLEU (beam 4) | chrF |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["seed", "precision", "updates in 10 min", f"validation loss at update {common}"]
+    header += [f"validation BLEU (greedy) at update {common}", "last validation BLEU (update)"]
+    header += ["test2016 BLEU (beam 4)", "chrF"]
+    rows = []
     for run in sorted(runs, key=lambda run: (run["seed"], run["bf16"])):
         at_common = next(e for e in run["validation"] if e["step"] == common)
         last = run["validation"][-1]
+        validation = [f"{at_common['eval_loss']:.3f}", f"{at_common['eval_bleu']:.2f}"]
+        validation.append(f"{last['eval_bleu']:.2f} ({last['step']})")
         precision = "bf16" if run["bf16"] else "float32"
-        lines.append(
-            f"| {run['seed']} | {precision} | {run['updates']} | {at_common['eval_loss']:.3f} "
-            f"| {at_common['eval_bleu']:.2f} | {last['eval_bleu']:.2f} ({last['step']}) "
-            f"| {run['test']['test_bleu']:.2f} | {run['test']['test_chrf']:.2f} |"
-        )
-    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+        rows.append([str(run["seed"]), precision, str(run["updates"]), *validation, *_test_scores(run)])
+    return markdown(header, rows) + "\n\n" + provenance(document, name) + "\n"
 
 
 ENGINE_NAMES = {"pytorch": "PyTorch `generate()`", "onnxruntime float32": "ONNX Runtime float32"}
+
+
+def engine_label(engine: str) -> str:
+    return ENGINE_NAMES.get(engine, engine.replace("ctranslate2", "CTranslate2").replace("openvino", "OpenVINO"))
 
 
 def render_engines(name: str = "engines-quickstart-cpu.json") -> str:
     """`hf-vanilla translate`'s engines on one trained model: quality, speed against PyTorch, identical outputs."""
     document = load(name)
     (report,) = document["results"]
-    lines = [
-        "| engine | test2016 BLEU | chrF | sentences/s | vs PyTorch | translations identical to PyTorch's |",
-        "|---|---|---|---|---|---|",
-    ]
     baseline = report["engines"]["pytorch"]["sentences_per_second"]
+    rows = []
     for engine, row in report["engines"].items():
-        label = ENGINE_NAMES.get(engine, engine.replace("ctranslate2", "CTranslate2").replace("openvino", "OpenVINO"))
-        lines.append(
-            f"| {label} | {row['bleu']:.2f} | {row['chrf']:.2f} | {row['sentences_per_second']:.1f} "
-            f"| {row['sentences_per_second'] / baseline:.2f}x | {row['identical_to_pytorch']}/{report['sentences']} |"
-        )
+        speed = row["sentences_per_second"]
+        scores = [f"{row['bleu']:.2f}", f"{row['chrf']:.2f}", f"{speed:.1f}", f"{speed / baseline:.2f}x"]
+        rows.append([engine_label(engine), *scores, f"{row['identical_to_pytorch']}/{report['sentences']}"])
+    header = ["engine", "test2016 BLEU", "chrF", "sentences/s", "vs PyTorch", "translations identical to PyTorch's"]
+    passes = len(report["engines"]["pytorch"]["seconds"])
     setting = (
         f"{report['sentences']} sentences of {report['split']}, beam {report['num_beams']}, length penalty "
-        f"{report['length_penalty']}, {report['threads']} threads, median of {len(row['seconds'])} alternating passes."
+        f"{report['length_penalty']}, {report['threads']} threads, median of {passes} alternating passes."
     )
-    return "\n".join(lines) + "\n\n" + setting + " " + provenance(document, name) + "\n"
+    return markdown(header, rows) + "\n\n" + setting + " " + provenance(document, name) + "\n"
 
 
 def render_marian(name: str = "marian-small-cpu.json") -> str:
@@ -246,7 +249,12 @@ def render_marian(name: str = "marian-small-cpu.json") -> str:
 
     document = load(name)
     (report,) = document["results"]
-    setting = f"Preset {report['preset']} {report['shape']}, {report['threads']} threads, torch {report['torch']}."
+    shape = report["shape"]
+    setting = (
+        f"Preset {report['preset']} (d_model {shape['d_model']}, {shape['layers']}+{shape['layers']} layers, "
+        f"{shape['heads']} heads, d_ff {shape['ffn']}, vocabulary {shape['vocab']}), {report['dtype']}, "
+        f"{report['threads']} threads."
+    )
     return markdown_table(report) + "\n\n" + setting + " " + provenance(document, name) + "\n"
 
 
@@ -263,13 +271,12 @@ def render_test_command(name: str = "test-command-cpu.json") -> str:
 def render_translate_memory(name: str = "translate-memory-cpu.json") -> str:
     """Peak memory of `hf-vanilla translate` per file length: it follows the buffer, not the file."""
     document = load(name)
-    lines = ["| lines | peak memory (VmHWM) | lines/s | output aligned |", "|---|---|---|---|"]
-    for result in document["results"]:
-        lines.append(
-            f"| {result['lines']:,} | {result['peak_rss_mib']:.0f} MiB | {result['lines_per_second']:.0f} "
-            f"| {'yes' if result['aligned'] else 'no'} |"
-        )
-    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+    rows = [
+        [f"{r['lines']:,}", f"{r['peak_rss_mib']:.0f} MiB", f"{r['lines_per_second']:.0f}", str(r["aligned"])]
+        for r in document["results"]
+    ]
+    table = markdown(["lines", "peak memory (VmHWM)", "lines/s", "output aligned line for line"], rows)
+    return table + "\n\n" + provenance(document, name) + "\n"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {
