@@ -26,7 +26,15 @@ def machine() -> dict:
     return {"hardware": hardware_description(1), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
 
 
-def record(module: str, results: list, **extra) -> dict:
-    """A results document: the machine, the command that wrote it, the commit and the results."""
+def fresh_clone(folder: Path) -> Path:
+    """A clone of the committed code in `folder`/clone: what a new user gets, without this checkout's local files."""
+    clone = folder / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    return clone
+
+
+def record(module: str, results: list, checkout: Path = ROOT, **extra) -> dict:
+    """A results document: the machine, the command that wrote it, the commit of `checkout` (the code the results
+    measured) and the results."""
     command = " ".join(["python -m", module, *sys.argv[1:]])
-    return {"machine": {**machine(), **extra}, "command": command, "commit": commit_of(), "results": results}
+    return {"machine": {**machine(), **extra}, "command": command, "commit": commit_of(checkout), "results": results}

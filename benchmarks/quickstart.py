@@ -18,13 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import ROOT, record
-
-
-def fresh_clone(work: Path) -> Path:
-    clone = work / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    return clone
+from benchmarks import fresh_clone, record
 
 
 def validation_curve(log_csv: Path) -> list[dict]:
@@ -84,7 +78,8 @@ def main() -> None:
             print(json.dumps({k: v for k, v in result.items() if k != "validation"}), flush=True)
             results.append(result)
             if args.json:  # after every run, so that a later failure keeps the runs before it
-                args.json.write_text(json.dumps(record("benchmarks.quickstart", results), indent=1) + "\n")
+                document = record("benchmarks.quickstart", results, checkout=clone)
+                args.json.write_text(json.dumps(document, indent=1) + "\n")
 
 
 if __name__ == "__main__":
