@@ -38,3 +38,9 @@ def record(module: str, results: list, checkout: Path = ROOT, **extra) -> dict:
     measured) and the results."""
     command = " ".join(["python -m", module, *sys.argv[1:]])
     return {"machine": {**machine(), **extra}, "command": command, "commit": commit_of(checkout), "results": results}
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: the one writer of every results table, in the docs and on the terminal."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])

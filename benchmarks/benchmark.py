@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import record
+from benchmarks import markdown, record
 from benchmarks.memory import fresh_process_peak_rss
 from benchmarks.synthetic import (
     PRESETS,
@@ -268,22 +268,21 @@ def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
     return "\n".join(tables)
 
 
+def _spread(measured: dict) -> str:
+    return f"{measured['median']:.2f} [{measured['min']:.2f}–{measured['max']:.2f}]"
+
+
 def markdown_table(report: dict) -> str:
-    engine_headers = " | ".join(ENGINE_COLUMNS.values())
-    header = f"| measurement | unit | hf_vanilla | MarianMT | ratio (ours/Marian) | {engine_headers} |\n"
-    lines = [header + "|---" * (5 + len(ENGINE_COLUMNS)) + "|"]
+    """One row per measurement: both models' median [min–max], their ratio, and each engine's median and ratio."""
+    header = ["measurement", "unit", "hf_vanilla", "MarianMT", "ratio (ours/Marian)", *ENGINE_COLUMNS.values()]
+    rows = []
     for row in report["results"]:
-        engine_cells = []
-        for column in ENGINE_COLUMNS:
-            engine = row.get(column)
-            engine_cells.append(f"{engine['median']:.1f} ({engine['ratio_vs_marian']:.2f}x Marian)" if engine else "—")
-        lines.append(
-            f"| {row['name']} | {row['unit']} | {row['hf_vanilla']['median']:.2f} "
-            f"[{row['hf_vanilla']['min']:.2f}–{row['hf_vanilla']['max']:.2f}] | {row['marian']['median']:.2f} "
-            f"[{row['marian']['min']:.2f}–{row['marian']['max']:.2f}] | {row['ratio']:.2f} "
-            f"({row['better']} is better) | {' | '.join(engine_cells)} |"
-        )
-    return "\n".join(lines)
+        engines = [row.get(column) for column in ENGINE_COLUMNS]
+        cells = [row["name"], row["unit"], _spread(row["hf_vanilla"]), _spread(row["marian"])]
+        cells.append(f"{row['ratio']:.2f} ({row['better']} is better)")
+        cells += [f"{e['median']:.1f} ({e['ratio_vs_marian']:.2f}x Marian)" if e else "—" for e in engines]
+        rows.append(cells)
+    return markdown(header, rows)
 
 
 def main() -> None:

@@ -15,10 +15,10 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
+
+from benchmarks import ROOT, markdown
 
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
@@ -42,12 +42,6 @@ def provenance(document: dict, name: str) -> str:
 EXTRA_MACHINE = ("native_bf16",)
 
 
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
-
-
 def _seconds(run: dict | None, stage: str | None = None) -> str:
     if run is None:
         return ""
@@ -66,12 +60,10 @@ def render_scale(name: str = "scale-cpu.json") -> str:
     """The scale benchmark: per commit, corpus size and process count, the cold start and its stages, restarts,
     peak anonymous memory per process, cache sizes and the cgroup limit where one was set."""
     document = load(name)
-    header = (
-        "| commit | pairs | processes | cold start to the 1st update | reading | BPE (sample) | tokenizing "
-        "| batches | restart | second run | peak anonymous MiB, rank 0 | rank 1 | tokenizing workers "
-        "| raw / tokenized cache (MB) | cgroup limit: peak use, OOM kills |"
-    )
-    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    header = ["commit", "pairs", "processes", "cold start to the 1st update", "reading", "BPE (sample)", "tokenizing"]
+    header += ["batches", "restart", "second run", "peak anonymous MiB, rank 0", "rank 1", "tokenizing workers"]
+    header += ["raw / tokenized cache (MB)", "cgroup limit: peak use, OOM kills"]
+    rows = []
     for result in sorted(document["results"], key=lambda r: (r["pairs"], r["processes"], r["commit"])):
         cold = result["cold"]
         workers = [value for role, value in cold["peak_anonymous_mib"].items() if role.startswith("workers")]
@@ -93,8 +85,8 @@ def render_scale(name: str = "scale-cpu.json") -> str:
             f"{result['cache_mib']['raw_arrow']:.0f} / {result['cache_mib']['tokenized']:.0f}",
             (f"{limit['limit_gib']:g} GiB: {limit['max_usage_mib']} MiB, {limit['oom_kills']}" if limit else ""),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + provenance(document, name) + "\n"
+        rows.append(cells)
+    return markdown(header, rows) + "\n\n" + provenance(document, name) + "\n"
 
 
 def git_order(first: str, second: str) -> int:
