@@ -166,7 +166,8 @@ def render_bf16(name: str = "bf16-cpu.json") -> str:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 def _test_scores(run: dict) -> list[str]:
