@@ -1,7 +1,8 @@
-"""Build glue beyond pyproject.toml: ship the top-level card template, model_card.md, inside the package.
+"""Build glue beyond pyproject.toml: ship two top-level files inside the package, the card template (model_card.md)
+and the lock of tested versions (constraints.txt, which `hf-vanilla env` reads).
 
-The template stays at the top of the repository, where people edit it; wheels get a copy next to `hf_vanilla/hub.py`
-(`hf_vanilla.hub.default_card_template` looks there first, then at the top of a checkout).
+Both stay at the top of the repository, where people edit them and pip reads the lock; wheels get a copy next to
+`hf_vanilla/env.py` (`hf_vanilla.env.shipped_file` looks there first, then at the top of a checkout).
 """
 
 import shutil
@@ -11,13 +12,17 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
+SHIPPED_FILES = ("model_card.md", "constraints.txt")
+
+
 class BuildPyWithCardTemplate(build_py):
     def run(self):
         super().run()
         # An editable install builds into an empty folder and reads the template from the checkout instead.
         target = Path(self.build_lib, "hf_vanilla")
         if target.is_dir():
-            shutil.copyfile(Path(__file__).with_name("model_card.md"), target / "model_card.md")
+            for name in SHIPPED_FILES:
+                shutil.copyfile(Path(__file__).with_name(name), target / name)
 
 
 setup(cmdclass={"build_py": BuildPyWithCardTemplate})

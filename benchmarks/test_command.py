@@ -14,18 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import ROOT, fresh_clone, record
+from benchmarks import fresh_clone, record
+from benchmarks.readme import readme_command
 
 
 TESTS = " && python -m pytest -q"
-
-
-def readme_test_command() -> str:
-    """The README's set-up line that ends with the test run."""
-    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.endswith(TESTS)]
-    if len(lines) != 1:
-        raise SystemExit(f"README.md: expected one set-up line ending with {TESTS!r}, found {len(lines)}")
-    return lines[0]
 
 
 def timed(command: str, cwd: Path, log: Path) -> tuple[float, str]:
@@ -41,7 +34,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    command = readme_test_command()
+    command = readme_command("tests")
+    if not command.endswith(TESTS):
+        raise SystemExit(f"README.md: the test command should end with {TESTS!r}: {command!r}")
     installs = command.removesuffix(TESTS)
     with tempfile.TemporaryDirectory() as scratch:
         clone = fresh_clone(Path(scratch))

@@ -89,7 +89,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # What `Trainer.prediction_step` leaves out of the logits it gathers: the cache, under its name since transformers
+    # 5.24 and the one before.
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

@@ -1,6 +1,7 @@
 """Turn a trained model and its tokenizer into a complete Hub folder, and upload it."""
 
 import copy
+import importlib.metadata
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -9,17 +10,14 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .env import range_tested, shipped_file
 from .modeling_vanilla import PAPER_DECODING
 from .pipeline_vanilla import VanillaTranslationPipeline, check_tokenizer_matches_model
 
 
 def default_card_template() -> Path:
-    """The repository's top-level `model_card.md`: copied next to this module when a wheel is built, read from the
-    checkout's top level in an editable install."""
-    for candidate in (Path(__file__).with_name("model_card.md"), Path(__file__).parents[1] / "model_card.md"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("model_card.md is neither installed with hf_vanilla nor at the top of a checkout.")
+    """The repository's top-level `model_card.md`, as wheels and checkouts carry it."""
+    return shipped_file("model_card.md")
 
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish"}
@@ -80,6 +78,7 @@ def render_model_card(model: PreTrainedModel, card: CardInfo, template_path: str
         eval_results=eval_results,
     )
     generation = model.generation_config
+    transformers_floor, transformers_newest = range_tested("transformers")
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path or default_card_template()),
@@ -100,6 +99,9 @@ def render_model_card(model: PreTrainedModel, card: CardInfo, template_path: str
         dataset_description=card.dataset_description,
         datasets=card.datasets,
         cite_multi30k=any("multi30k" in name.lower() for name in card.datasets),
+        hf_vanilla_version=importlib.metadata.version("hf-vanilla"),
+        transformers_floor=transformers_floor,
+        transformers_newest=transformers_newest,
     )
 
 

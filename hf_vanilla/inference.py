@@ -36,7 +36,7 @@ class GenerateTranslator:
         batch = self.tokenizer.pad({"input_ids": sources}, return_tensors="pt").to(self.model.device)
         budget = decoding_budget(batch["input_ids"].shape[1], self.length_ratio, self.length_offset)
         with torch.no_grad():
-            output = self.model.generate(**batch, max_new_tokens=budget, **self.generate_kwargs)
+            output = self.model.generate(**batch, max_length=1 + budget, **self.generate_kwargs)
         texts = self.tokenizer.batch_decode(output, skip_special_tokens=True)
         per_source = len(texts) // len(sources)
         return [texts[i * per_source : (i + 1) * per_source] for i in range(len(sources))]

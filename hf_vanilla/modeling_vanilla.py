@@ -9,6 +9,7 @@ This file is copied next to the weights for `trust_remote_code=True`, so it impo
 `.configuration_vanilla`.
 """
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -54,6 +55,14 @@ PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6}
 # paper's tighter budget, source length + 50 (`pipeline_vanilla.decoding_budget`).
 DEFAULT_MAX_LENGTH = 512
 
+# transformers 5.24 renamed the cache that `generate()` hands every forward, and the output field that returns it,
+# from `past_key_values` to `cache`; 5.23 uses the old name. The installed library's output classes say which is
+# current: our outputs use that field, and our forwards take the cache under either name.
+CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+# The keyword arguments a forward takes through `**kwargs`: the library's typed ones.
+LIBRARY_KWARGS = TransformersKwargs.__required_keys__ | TransformersKwargs.__optional_keys__
+
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher-forcing decoder inputs: `[start, y_1, ..., y_{n-1}]` from labels `[y_1, ..., y_n]` (-100 -> pad)."""
@@ -63,6 +72,27 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
     return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier releases)."""
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the cache once: as `cache` (transformers >= 5.24) or `past_key_values`, not both.")
+    return cache if cache is not None else past_key_values
+
+
+def check_forward_kwargs(kwargs: dict, forward: Callable) -> None:
+    """Refuse a keyword argument that nothing in `forward` reads. `**kwargs` would swallow it: a caller's typo, or a
+    transformers release that renames an argument, as 5.24 renamed the cache, which then decodes without its cache
+    and still returns plausible text."""
+    unknown = sorted(set(kwargs) - LIBRARY_KWARGS)
+    if unknown:
+        raise TypeError(
+            f"{forward.__qualname__}() got unexpected keyword arguments {unknown}: it reads its named parameters and "
+            f"transformers' `TransformersKwargs` ({', '.join(sorted(LIBRARY_KWARGS))}). If transformers passed them, "
+            "this release of hf_vanilla predates that transformers release: upgrade hf_vanilla, or install a "
+            "transformers it was tested with (`hf-vanilla env` lists them)."
+        )
 
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_values: bool = True) -> None:
@@ -272,24 +302,24 @@ class VanillaAttention(nn.Module):
         return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
 
     def project_key_value(
-        self, key_value_states: torch.Tensor, past_key_values: Cache | None
+        self, key_value_states: torch.Tensor, cache: EncoderDecoderCache | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values [B, H, Tk, d_head] of `key_value_states` [B, Tk, d_model], through the cache: for
         cross-attention, projected once per generation and then read back (the ONNX export computes them with the
         encoder)."""
         if self.is_cross_attention:
-            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            layer_cache = cache.cross_attention_cache if cache is not None else None
             # The encoder output is fixed for a whole generation: project it once, then reuse it every step.
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
-                return cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+            if layer_cache is not None and cache.is_updated.get(self.layer_idx):
+                return layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
         else:
-            cache = past_key_values.self_attention_cache if past_key_values is not None else None
+            layer_cache = cache.self_attention_cache if cache is not None else None
         key = self._split_heads(self.k_proj(key_value_states))
         value = self._split_heads(self.v_proj(key_value_states))
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
+        if layer_cache is not None:
+            key, value = layer_cache.update(key, value, self.layer_idx)
             if self.is_cross_attention:
-                past_key_values.is_updated[self.layer_idx] = True
+                cache.is_updated[self.layer_idx] = True
         return key, value
 
     def forward(
@@ -297,13 +327,13 @@ class VanillaAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states [B, Tq, d_model] attends over key_value_states [B, Tk, d_model] (itself if None)."""
         query = self._split_heads(self.q_proj(hidden_states))
         key_value_states = key_value_states if self.is_cross_attention else hidden_states
-        key, value = self.project_key_value(key_value_states, past_key_values)
+        key, value = self.project_key_value(key_value_states, cache)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -408,13 +438,13 @@ class VanillaDecoderLayer(VanillaResidualLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.residual_block(
             hidden_states,
             self.self_attn_layer_norm,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0],
+            lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
         )
         hidden_states = self.residual_block(
             hidden_states,
@@ -423,7 +453,7 @@ class VanillaDecoderLayer(VanillaResidualLayer):
                 x,
                 key_value_states=encoder_hidden_states,
                 attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )[0],
         )
@@ -437,7 +467,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaEncoderLayer", "VanillaDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = [CACHE_FIELD]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -607,19 +637,23 @@ class VanillaDecoder(VanillaStack):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """input_ids [B, T] attend causally to themselves and to encoder_hidden_states [B, S, d]."""
+        """input_ids [B, T] attend causally to themselves and to encoder_hidden_states [B, S, d]; with `cache` (or,
+        as transformers < 5.24 names it, `past_key_values`), input_ids are only the new ones."""
+        check_forward_kwargs(kwargs, VanillaDecoder.forward)
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends over the source: pass `encoder_hidden_states` [batch, src_len, d].")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if past_key_values is not None and past_key_values.is_compileable:  # a static cache, sized ahead
-            self.embed_positions.reserve(past_key_values.self_attention_cache.get_max_length())
+        cache = cache_argument(cache, past_key_values)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
+        if cache is not None and cache.is_compileable:  # a static cache, sized ahead
+            self.embed_positions.reserve(cache.self_attention_cache.get_max_length())
         hidden_states = self.embed(input_ids, inputs_embeds, past_length=past_length, name="decoder_input_ids")
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
         if attention_mask is not None and not is_torchdynamo_compiling():
@@ -627,12 +661,10 @@ class VanillaDecoder(VanillaStack):
             total_length = int(past_length) + new_length  # a static cache's length is a tensor
             check_attention_mask(attention_mask, (batch_size, total_length), "decoder_attention_mask")
 
-        # The mask builders read only the shape, dtype and device of `inputs_embeds`.
+        # The mask builders read only the shape, dtype and device of `inputs_embeds`. The cache goes in fourth place,
+        # whose name is `past_key_values` up to transformers 5.23 and `cache` from 5.24.
         causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            self.config, hidden_states, attention_mask, cache.self_attention_cache if cache is not None else None
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -646,11 +678,11 @@ class VanillaDecoder(VanillaStack):
                 causal_mask,
                 encoder_hidden_states,  # positional, so gradient checkpointing sees it
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=self.final_norm(hidden_states), past_key_values=past_key_values
+            last_hidden_state=self.final_norm(hidden_states), **{CACHE_FIELD: cache}
         )
 
 
@@ -684,20 +716,24 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`): source token ids.
         attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`): 1 for tokens, 0 for padding.
         decoder_input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, starting with
-            `config.decoder_start_token_id`. With `past_key_values`, only the new ones.
+            `config.decoder_start_token_id`. With `cache`, only the new ones.
         decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past + target_length)`): target padding.
         encoder_outputs: precomputed encoder output (as `generate` passes it), skipping the encoder.
+        cache (`EncoderDecoderCache`): the keys and values of the earlier decoder steps, which the output returns
+            updated; `past_key_values` is the same, under the name transformers < 5.24 gives it.
         """
+        check_forward_kwargs(kwargs, VanillaTransformerModel.forward)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -713,14 +749,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache_argument(cache, past_key_values),
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -787,16 +823,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
 
 
 class VanillaGenerationMixin(GenerationMixin):
-    """What `generate()` needs to know about our cache and length defaults; shared by the PyTorch model and
-    runners of its exports (`interop.exporters`)."""
-
-    def _prepare_generated_length(self, generation_config, has_default_max_length: bool, *args, **kwargs):
-        # Our generation config's `max_length` (DEFAULT_MAX_LENGTH) is a ceiling for callers that give no length;
-        # a caller's `max_new_tokens` replaces it, as the library's own default would be replaced, instead of
-        # warning at every call that both were set.
-        if generation_config.max_new_tokens is not None and generation_config.max_length == DEFAULT_MAX_LENGTH:
-            has_default_max_length = True
-        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
+    """What `generate()` needs to know about our cache; shared by the PyTorch model and runners of its exports
+    (`interop.exporters`)."""
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
@@ -887,11 +915,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -917,6 +946,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r}.")
         if loss_chunk_size is not None and (isinstance(loss_chunk_size, bool) or loss_chunk_size <= 0):
             raise ValueError(f"`loss_chunk_size` must be a positive integer or None, got {loss_chunk_size!r}.")
+        check_forward_kwargs(kwargs, VanillaTransformerForConditionalGeneration.forward)
         if labels is not None:
             check_labels(labels, self.config.decoder_vocab_size, check_values=not self.training)
             use_cache = False
@@ -929,7 +959,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache_argument(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -946,7 +976,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

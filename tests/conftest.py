@@ -15,6 +15,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
+from hf_vanilla.modeling_vanilla import CACHE_FIELD
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
 
@@ -79,10 +80,10 @@ def decode_step_by_step(model, input_ids, attention_mask, decoder_input_ids):
                 encoder_outputs=encoder_outputs,
                 attention_mask=attention_mask,
                 decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
+            cache = getattr(out, CACHE_FIELD)
             steps.append(out.logits)
     return torch.cat(steps, dim=1), cache
 

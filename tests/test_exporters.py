@@ -18,6 +18,7 @@ from hf_vanilla.interop.exporters import (  # noqa: E402
     ExportedVanillaForConditionalGeneration,
     export_model,
 )
+from hf_vanilla.modeling_vanilla import CACHE_FIELD  # noqa: E402
 
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
@@ -63,7 +64,7 @@ def test_several_new_tokens_at_once_with_and_without_a_past(reversal_model, expo
     whole = exported_model(**inputs, decoder_input_ids=decoder_input_ids)
     torch.testing.assert_close(whole.logits, expected.logits, atol=1e-4, rtol=1e-4)
     first = exported_model(**inputs, decoder_input_ids=decoder_input_ids[:, :2])
-    rest = exported_model(**inputs, decoder_input_ids=decoder_input_ids[:, 2:], past_key_values=first.past_key_values)
+    rest = exported_model(**inputs, decoder_input_ids=decoder_input_ids[:, 2:], cache=getattr(first, CACHE_FIELD))
     torch.testing.assert_close(rest.logits, expected.logits[:, 2:], atol=1e-4, rtol=1e-4)
 
 
@@ -179,19 +180,19 @@ def test_the_library_still_needs_what_export_model_adds(tmp_path):
     encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
     step = dict(attention_mask=attention_mask, encoder_outputs=encoder_outputs)
     start = torch.ones(2, 1, dtype=torch.long)
-    cache = exported.runners["prefill"](**step, decoder_input_ids=start, past_key_values=None).past_key_values
-    cache = exported.runners["decode"](**step, decoder_input_ids=start, past_key_values=cache).past_key_values
+    cache = getattr(exported.runners["prefill"](**step, decoder_input_ids=start, **{CACHE_FIELD: None}), CACHE_FIELD)
+    cache = getattr(exported.runners["decode"](**step, decoder_input_ids=start, **{CACHE_FIELD: cache}), CACHE_FIELD)
     with pytest.raises(Exception, match="Got: 2 Expected: 1"):
-        exported.runners["decode"](**step, decoder_input_ids=start, past_key_values=cache)
+        exported.runners["decode"](**step, decoder_input_ids=start, **{CACHE_FIELD: cache})
 
     prefix = torch.ones(2, 2, dtype=torch.long)
     multi_token = OnnxExporter().export_for_generation(
         model, {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": prefix},
         OnnxConfig(dynamic=True), generation_config=greedy, multi_token_decode=True,
     )  # fmt: skip
-    cache = multi_token.runners["prefill"](**step, decoder_input_ids=prefix, past_key_values=None).past_key_values
+    prefill = multi_token.runners["prefill"](**step, decoder_input_ids=prefix, **{CACHE_FIELD: None})
     with pytest.raises(Exception, match="(?s)decoder_input_ids.*Got: 2 Expected: 1"):
-        multi_token.runners["decode"](**step, decoder_input_ids=prefix, past_key_values=cache)
+        multi_token.runners["decode"](**step, decoder_input_ids=prefix, **{CACHE_FIELD: getattr(prefill, CACHE_FIELD)})
 
 
 def test_missing_optional_dependencies_name_the_extra(reversal_model, tmp_path, monkeypatch):

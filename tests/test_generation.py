@@ -10,6 +10,7 @@ from transformers.utils import logging
 
 from hf_vanilla.inference import static_cache_and_compile
 from hf_vanilla.modeling_vanilla import DEFAULT_MAX_LENGTH
+from hf_vanilla.pipeline_vanilla import decoding_budget
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
@@ -163,14 +164,26 @@ def test_a_bare_generate_is_not_cut_at_twenty_tokens():
     assert model.generation_config.max_length == 512
 
 
-def test_max_new_tokens_replaces_the_default_length_without_a_warning():
-    model = make_model(add_final_logits_bias=True).eval()
-    model.final_logits_bias[0, 7] = 1e4
+def test_max_new_tokens_wins_over_the_generation_configs_length_and_our_own_decoding_does_not_warn(small_tokenizer):
+    """`max_new_tokens` beside the generation config's `max_length` (512, as MarianMT's) takes precedence, with the
+    library's note that both were set; our own callers (pipeline, `translate`, the recipe) pass `max_length`."""
+    from hf_vanilla.inference import GenerateTranslator
+    from hf_vanilla.pipeline_vanilla import VanillaTranslationPipeline
+
+    model = make_model(add_final_logits_bias=True, vocab_size=len(small_tokenizer)).eval()
+    model.final_logits_bias[0, 7] = 1e4  # token 7 always wins: EOS never comes
+    source = torch.tensor([[5, 6, 7, EOS]])
     with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
-        out = model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, max_new_tokens=30)
-        model.generate(input_ids=torch.tensor([[5, 6, 7, EOS]]), num_beams=1, max_length=8, max_new_tokens=30)
+        out = model.generate(input_ids=source, num_beams=1, max_new_tokens=30)
     assert out.shape == (1, 31)  # the start token + 30
-    assert captured.out.count("seem to have been set") == 1  # only where the caller really set both
+    assert "seem to have been set" in captured.out  # the library's own words, as for MarianMT
+
+    with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
+        VanillaTranslationPipeline(model=model, tokenizer=small_tokenizer)("A dog runs.", num_beams=1)
+        GenerateTranslator(model, small_tokenizer, num_beams=1)([[5, 6, 7, EOS]])
+    assert captured.out == ""
+    generated = model.generate(input_ids=source, num_beams=1, max_length=1 + decoding_budget(4))
+    assert generated.shape == (1, 1 + 4 + 50)  # the paper's budget: source length + 50 new tokens
 
 
 HOST_CONVERSIONS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
@@ -206,3 +219,74 @@ def test_bad_ids_still_get_their_clear_error_at_the_boundary(model, inputs):
         model.generate(input_ids=torch.tensor([[5, 61, EOS]]), max_new_tokens=3)
     with pytest.raises(ValueError, match="`decoder_input_ids` holds ids"):
         model.generate(**inputs, decoder_input_ids=torch.full((3, 1), 99), max_new_tokens=3)
+
+
+# The cache under the library's names: `cache` from transformers 5.24, `past_key_values` before
+
+
+@pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])
+def test_generate_feeds_the_decoder_one_new_token_a_step_through_its_cache(model, inputs, mode):
+    """What a cache that `generate()` hands over under a name the model does not read looks like: every step feeds
+    the decoder the whole prefix again (transformers 5.24 renamed it; the model decoded without its cache)."""
+    lengths = []
+    hook = model.model.decoder.register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        generate(model, inputs, **mode)
+    finally:
+        hook.remove()
+    assert len(lengths) > 3 and lengths[0] == 1 and set(lengths[1:]) == {1}
+
+
+def test_the_cache_goes_in_under_either_name_and_comes_out_under_the_librarys(model, inputs):
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    from hf_vanilla.modeling_vanilla import CACHE_FIELD
+
+    decoder_input_ids = torch.tensor([[BOS, 7, 9]] * inputs["input_ids"].shape[0])
+    with torch.no_grad():
+        full = model(**inputs, decoder_input_ids=decoder_input_ids).logits
+        results = []
+        for name in ("cache", "past_key_values"):
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            first = model(**inputs, decoder_input_ids=decoder_input_ids[:, :2], **{name: cache}, use_cache=True)
+            assert getattr(first, CACHE_FIELD) is cache and cache.get_seq_length() == 2
+            results.append(model(**inputs, decoder_input_ids=decoder_input_ids[:, 2:], **{name: cache}).logits)
+        with pytest.raises(ValueError, match="Pass the cache once"):
+            model(**inputs, decoder_input_ids=decoder_input_ids, cache=cache, past_key_values=cache)
+    assert torch.equal(results[0], results[1])
+    torch.testing.assert_close(results[0], full[:, 2:], atol=1e-5, rtol=1e-5)
+
+
+def test_a_cache_under_a_name_the_model_does_not_read_stops_generation_with_the_name(model, inputs, monkeypatch):
+    """A future release that renames the cache again (simulated here: `generate()` passes it as `kv_cache`)
+    gets an error naming the argument, not a model that decodes without its cache."""
+    from transformers import GenerationMixin
+
+    library_prepare = GenerationMixin.prepare_inputs_for_generation
+
+    def renamed(self, *args, **kwargs):
+        model_inputs = library_prepare(self, *args, **kwargs)
+        for old in ("cache", "past_key_values"):
+            if old in model_inputs:
+                model_inputs["kv_cache"] = model_inputs.pop(old)
+        return model_inputs
+
+    monkeypatch.setattr(GenerationMixin, "prepare_inputs_for_generation", renamed)
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['kv_cache'\].*hf-vanilla env"):
+        generate(model, inputs, **GREEDY)
+    with pytest.raises(
+        TypeError, match=r"VanillaTransformerModel.forward\(\) got unexpected keyword arguments \['tpyo'\]"
+    ):
+        model.model(**inputs, decoder_input_ids=torch.tensor([[BOS]] * 2), tpyo=1)
+
+
+@pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])
+def test_our_calls_into_the_library_log_no_deprecation(model, inputs, mode):
+    """transformers announces a renamed argument with a logged warning (5.24: "`past_key_values`/`cache_params`
+    are deprecated"), not only a Python warning (which the suite turns into errors, see pyproject.toml)."""
+    with CaptureLogger(logging.get_logger("transformers")) as captured:
+        generate(model, inputs, **mode)
+        model(**inputs, decoder_input_ids=torch.tensor([[BOS, 7]] * inputs["input_ids"].shape[0]), use_cache=True)
+    assert "deprecated" not in captured.out.lower()

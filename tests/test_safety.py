@@ -60,4 +60,7 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other(name):
         else:
             continue
         # huggingface_hub: transformers' own dependency (the configs' `@strict`)
-        assert roots <= {"math", "collections", "torch", "transformers", "huggingface_hub"}, (name, roots)
+        assert roots <= {"math", "collections", "dataclasses", "torch", "transformers", "huggingface_hub"}, (
+            name,
+            roots,
+        )

@@ -211,11 +211,11 @@ def test_language_pair_task_names_in_process_and_without_hf_vanilla(small_tokeni
 def test_translations_are_not_cut_at_twenty_tokens(translator_parts):
     model, tokenizer = translator_parts
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
-    generated = translator.model.generate  # the pipeline sets max_new_tokens = source length + 50
+    generated = translator.model.generate  # the pipeline sets max_length = 1 + source length + 50
     calls = []
 
     def spy(**kwargs):
-        calls.append(kwargs.get("max_new_tokens"))
+        calls.append(kwargs.get("max_length"))
         return generated(**kwargs)
 
     translator.model.generate = spy
@@ -223,4 +223,4 @@ def test_translations_are_not_cut_at_twenty_tokens(translator_parts):
         translator(SOURCES[2], num_beams=1)
     finally:
         del translator.model.generate
-    assert calls == [len(tokenizer(SOURCES[2])["input_ids"]) + 50]
+    assert calls == [1 + len(tokenizer(SOURCES[2])["input_ids"]) + 50]  # the decoder start token, then the budget

@@ -1,5 +1,7 @@
 """The pieces the training recipe adds to Seq2SeqTrainer, each against an independent truth."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import sacrebleu
@@ -173,6 +175,44 @@ def test_bf16_auto_asks_for_bf16_where_the_hardware_computes_it(tmp_path, monkey
         _, from_option = parse_arguments(["--bf16", "auto", "--use_cpu", "true", "--output_dir", str(tmp_path)])
     assert from_recipe.bf16 is from_option.bf16 is (hardware is not None)
     assert f"bf16: auto -> {hardware is not None}" in caplog.text
+
+
+def test_the_readme_line_parses_with_nothing_after_the_recipe(monkeypatch):
+    """`hf-vanilla train --config configs/quickstart.yaml`, the README's main job, with no further option (it once
+    stopped in the option parsing: "zip() argument 2 is shorter than argument 1")."""
+    monkeypatch.chdir(Path(__file__).parents[1])
+    recipe, args = parse_arguments(["--config", "configs/quickstart.yaml"])
+    assert recipe.max_train_minutes == 10 and args.output_dir == "runs/quickstart" and args.bf16 is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--bf16", "auto"], True),
+        (["--bf16=auto"], True),
+        (["--bf16"], True),
+        (["--bf16", "false"], False),
+        (["--bf16=no"], False),
+        (["--config", "RECIPE"], True),  # `bf16: auto` in the recipe
+        (["--config", "RECIPE", "--bf16", "false"], False),  # the command line wins over the recipe
+        (["--bf16=false", "--config", "RECIPE"], False),
+    ],
+)
+def test_every_spelling_of_the_bf16_option_is_read_by_the_parser(tmp_path, monkeypatch, argv, expected):
+    from hf_vanilla.training import arguments
+
+    monkeypatch.setattr(arguments, "bf16_hardware", lambda: "a CPU with AMX")
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("bf16: auto\nuse_cpu: true\n")
+    argv = [str(recipe_file) if value == "RECIPE" else value for value in argv]
+    _, args = parse_arguments([*argv, "--use_cpu", "true", "--output_dir", str(tmp_path)])
+    assert args.bf16 is expected
+
+
+def test_a_bf16_value_that_is_neither_a_boolean_nor_auto_is_refused_naming_the_option(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_arguments(["--bf16", "sometimes", "--output_dir", str(tmp_path)])
+    assert "--bf16 takes true, false or auto, got 'sometimes'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bf16", ["true", "auto"])

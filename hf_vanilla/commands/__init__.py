@@ -16,7 +16,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 # The installed product. The benchmarks (MarianMT comparisons, synthetic corpora, the results under docs/) are the lab:
 # `python -m benchmarks.NAME` from a clone, not a subcommand of the wheel.
-COMMANDS = ("train", "translate", "average", "convert", "export", "publish", "tokenizer")
+COMMANDS = ("train", "translate", "average", "convert", "export", "publish", "tokenizer", "env")
 # What a user's mistake raises (bad values, an invalid config, missing files or models, a missing optional
 # dependency), as opposed to a fault of ours, which keeps its traceback.
 USER_ERRORS = (ValueError, StrictDataclassError, OSError, ImportError)

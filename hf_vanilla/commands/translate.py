@@ -128,7 +128,7 @@ def draw_attention(args: argparse.Namespace, model, tokenizer, sentence: str) ->
     options = generation_options(args)
     options.pop("num_return_sequences")
     budget = decoding_budget(len(tokenizer(sentence)["input_ids"]), args.max_len_a, args.max_len_b)
-    plot_cross_attention(model, tokenizer, sentence, args.attention_plot, max_new_tokens=budget, **options)
+    plot_cross_attention(model, tokenizer, sentence, args.attention_plot, max_length=1 + budget, **options)
     print(f"cross-attention of the first sentence drawn to {args.attention_plot}", file=sys.stderr)
 
 

@@ -15,7 +15,7 @@ What the library's `export_for_generation` does not do for an encoder-decoder mo
   exported on its own;
 - a capture that starts from the decoder start token alone meets a past of length 1 in the decode step, which
   `torch.export` specialises (the graph then refuses a past of 2: "Got invalid dimensions for input:
-  input.past_key_values.self_attention_cache.layers.0.keys ... index: 2 Got: 2 Expected: 1"): the capture starts
+  input.cache.self_attention_cache.layers.0.keys ... index: 2 Got: 2 Expected: 1"): the capture starts
   from two decoder tokens;
 - `multi_token_decode=True` merges the captured steps' `input_ids`, not `decoder_input_ids`, so the decode graph
   takes one new token: several new tokens over a past go through it one at a time.
@@ -41,12 +41,16 @@ from torch import nn
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.utils import can_return_tuple
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..modeling_vanilla import (
+    CACHE_FIELD,
     VanillaGenerationMixin,
     VanillaTransformerForConditionalGeneration,
+    cache_argument,
     check_attention_mask,
+    check_forward_kwargs,
     check_token_ids,
 )
 from .positions import position_limit
@@ -255,20 +259,24 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, VanillaGeneration
     def get_encoder(self) -> ExportedEncoder:
         return self.encoder
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         labels: torch.LongTensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
-        """Logits for `decoder_input_ids` (only the new ones when `past_key_values` holds the earlier ones)."""
+        """Logits for `decoder_input_ids` (only the new ones when `cache`, or `past_key_values` as transformers
+        < 5.24 names it, holds the earlier ones)."""
+        check_forward_kwargs(kwargs, ExportedVanillaForConditionalGeneration.forward)
         refuse_extra_outputs(output_attentions, output_hidden_states)
         if labels is not None:
             raise ValueError("The export computes logits only; compute the loss with the PyTorch model.")
@@ -281,9 +289,10 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, VanillaGeneration
         encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
         if attention_mask is None:
             attention_mask = torch.ones(encoder_outputs.last_hidden_state.shape[:2], dtype=torch.long)
-        if past_key_values is None or not use_cache:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        past_length = past_key_values.get_seq_length()
+        cache = cache_argument(cache, past_key_values)
+        if cache is None or not use_cache:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        past_length = cache.get_seq_length()
         check_token_ids(decoder_input_ids, self.config.decoder_vocab_size, "decoder_input_ids", past_length == 0)
         check_within_position_limit(past_length + decoder_input_ids.shape[1], self.config, "The target")
         step = dict(attention_mask=attention_mask.long(), encoder_outputs=encoder_outputs)
@@ -291,23 +300,23 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, VanillaGeneration
             # OpenVINO 2026.4's CPU plugin crashed (SIGSEGV in `infer`) when it read the cache in place from the
             # previous step's outputs; it runs on copies of the inputs.
             step["share_inputs"] = False
+        # The graphs take the cache under the name `generate()` gave it when they were captured: the installed
+        # library's (an export is opened by the transformers that wrote it).
         if past_length == 0:
             outputs = self.decoder_graphs.runners["prefill"](
-                **step, decoder_input_ids=decoder_input_ids, past_key_values=past_key_values
+                **step, decoder_input_ids=decoder_input_ids, **{CACHE_FIELD: cache}
             )
-            logits, past_key_values = [outputs.logits], outputs.past_key_values
+            logits, cache = [outputs.logits], getattr(outputs, CACHE_FIELD)
         else:  # the decode graph takes one new token (see the module docstring)
             logits = []
             for position in range(decoder_input_ids.shape[1]):
                 outputs = self.decoder_graphs.runners["decode"](
-                    **step,
-                    decoder_input_ids=decoder_input_ids[:, position : position + 1],
-                    past_key_values=past_key_values,
+                    **step, decoder_input_ids=decoder_input_ids[:, position : position + 1], **{CACHE_FIELD: cache}
                 )
                 logits.append(outputs.logits)
-                past_key_values = outputs.past_key_values
+                cache = getattr(outputs, CACHE_FIELD)
         return Seq2SeqLMOutput(
             logits=torch.cat(logits, dim=1),
-            past_key_values=past_key_values if use_cache else None,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            **{CACHE_FIELD: cache if use_cache else None},
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers.hf_argparser import string_to_bool
 
 from ..data import BUNDLED_CORPORA
 
@@ -114,8 +115,12 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
     """`--config recipe.yaml` supplies defaults; every recipe or `Seq2SeqTrainingArguments` field can override."""
     import yaml
 
-    pre = argparse.ArgumentParser(add_help=False)
+    # The options read before the main parser: the recipe file, and `--bf16`, whose values include `auto` (a bool field
+    # of `Seq2SeqTrainingArguments` otherwise). Read here, in every spelling argparse accepts (`--bf16 auto`,
+    # `--bf16=auto`, a bare `--bf16`), they become defaults that the recipe's own values do not override.
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
+    pre.add_argument("--bf16", type=bf16_option, nargs="?", const=True)
     known, rest = pre.parse_known_args(argv)
     parser = HfArgumentParser(
         (RecipeArguments, Seq2SeqTrainingArguments),
@@ -127,14 +132,11 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         unknown = set(values) - option_names(parser)
         if unknown:
             raise ValueError(f"{known.config}: unknown keys {sorted(unknown)}; see `hf-vanilla train --help`.")
-        if values.get("bf16") == "auto":
-            values["bf16"] = resolve_bf16_auto()
+        if "bf16" in values:
+            values["bf16"] = bf16_option(values["bf16"])
         parser.set_defaults(**values)
-    previous = ["", *rest[:-1]]
-    rest = [
-        str(resolve_bf16_auto()) if (option, value) == ("--bf16", "auto") else value
-        for option, value in zip(previous, rest, strict=True)
-    ]
+    if known.bf16 is not None:
+        parser.set_defaults(bf16=known.bf16)
     processes = launched_processes()
     cpu_only = not torch.accelerator.is_available()
     if cpu_only:
@@ -160,6 +162,18 @@ def bf16_hardware() -> str | None:
     flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
     found = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
     return f"a CPU with {' and '.join(found)}" if found else None
+
+
+def bf16_option(value: str | bool) -> bool:
+    """The value of `--bf16` (or a recipe's `bf16:`): a boolean as transformers spells them, or `auto`."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() == "auto":
+        return resolve_bf16_auto()
+    try:
+        return string_to_bool(str(value))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"--bf16 takes true, false or auto, got {value!r}.") from None
 
 
 def resolve_bf16_auto() -> bool:

@@ -1,0 +1,17 @@
+"""Translate standard input with a saved model through the remote code in its folder, as a Python without
+hf_vanilla does: `pipeline("translation", model=FOLDER, trust_remote_code=True)`, one sentence a call.
+
+    python .ci/translate_remote_code.py FOLDER < source.txt > translations.txt
+"""
+
+import sys
+
+
+sys.modules["hf_vanilla"] = None  # `import hf_vanilla` fails, as where the package is not installed
+
+from transformers import pipeline  # noqa: E402
+
+
+translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
+for line in sys.stdin.read().splitlines():
+    print(translator(line)[0]["translation_text"])

@@ -1,0 +1,128 @@
+"""The libraries this installation runs on, against the range hf_vanilla was tested with (`hf-vanilla env`).
+
+The range of each library runs from its floor, the lowest release that pyproject.toml allows, to the newest release
+tested, the version in the lock (`constraints.txt`) that the README's commands and CI install. CI runs the tests
+that touch the libraries at both ends, the floors together and the newest releases together, so an installed
+version between them is covered. A newer one has not been tested yet, and one below the floor is refused by pip.
+"""
+
+import importlib.metadata
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+
+DISTRIBUTION = "hf-vanilla"
+LOCK = "constraints.txt"
+# The extras whose libraries the package itself runs on. `bench` and `dev` only add tools.
+RUNTIME_EXTRAS = ("train", "export", "openvino")
+
+
+def shipped_file(name: str) -> Path:
+    """A top-level file of the repository that wheels carry inside the package (setup.py copies it next to this
+    module at build time); an editable install reads it from the checkout's top level."""
+    for candidate in (Path(__file__).with_name(name), Path(__file__).parents[1] / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{name} is neither installed with hf_vanilla nor at the top of a checkout.")
+
+
+def locked_versions() -> dict[str, Version]:
+    """The newest tested version of every package: the lock's `name==version` lines."""
+    versions = {}
+    for line in shipped_file(LOCK).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement = Requirement(line)
+            (pin,) = requirement.specifier
+            versions[canonicalize_name(requirement.name)] = Version(pin.version)
+    return versions
+
+
+def declared_requirements() -> list[tuple[Requirement, str | None]]:
+    """Each library the installed hf-vanilla runs on, with the extra that brings it (None: always installed)."""
+    requirements = []
+    for line in importlib.metadata.requires(DISTRIBUTION) or []:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == DISTRIBUTION:
+            continue  # an extra made of other extras
+        if requirement.marker is None:
+            requirements.append((requirement, None))
+            continue
+        extra = next((e for e in RUNTIME_EXTRAS if requirement.marker.evaluate({"extra": e})), None)
+        if extra is not None:
+            requirements.append((requirement, extra))
+    return requirements
+
+
+@dataclass
+class LibraryStatus:
+    """One library: what is installed, the tested range, and where the installed version lies in it."""
+
+    name: str
+    extra: str | None
+    installed: Version | None
+    floor: Version | None
+    newest_tested: Version | None
+
+    @property
+    def verdict(self) -> str:
+        if self.installed is None:
+            return "not installed" + (f" (pip install 'hf-vanilla[{self.extra}]')" if self.extra else "")
+        if self.floor is not None and self.installed.release < self.floor.release:
+            return f"below the floor: pip install -U '{self.name}>={self.floor}'"
+        if self.newest_tested is not None and self.installed.release > self.newest_tested.release:
+            return "newer than tested"
+        return "in the tested range"
+
+
+def range_tested(name: str) -> tuple[Version | None, Version | None]:
+    """(floor, newest tested) of one library."""
+    floors = {canonicalize_name(r.name): floor_of(r) for r, _ in declared_requirements()}
+    return floors.get(canonicalize_name(name)), locked_versions().get(canonicalize_name(name))
+
+
+def floor_of(requirement: Requirement) -> Version | None:
+    bounds = [Version(spec.version) for spec in requirement.specifier if spec.operator in (">=", "==", "~=")]
+    return max(bounds, default=None)
+
+
+def library_statuses() -> list[LibraryStatus]:
+    locked = locked_versions()
+    statuses = []
+    for requirement, extra in declared_requirements():
+        name = canonicalize_name(requirement.name)
+        try:
+            installed = Version(importlib.metadata.version(name))
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        statuses.append(LibraryStatus(name, extra, installed, floor_of(requirement), locked.get(name)))
+    return statuses
+
+
+def report() -> str:
+    """The table `hf-vanilla env` prints."""
+    rows = [("library", "installed", "floor", "newest tested", "")]
+    for status in library_statuses():
+        rows.append(
+            (
+                status.name,
+                str(status.installed or "-"),
+                str(status.floor or "-"),
+                str(status.newest_tested or "-"),
+                status.verdict,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = [
+        f"hf-vanilla {importlib.metadata.version(DISTRIBUTION)}, Python {platform.python_version()}",
+        *(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, [*widths, 0], strict=True)).rstrip()
+            for row in rows
+        ),
+    ]
+    return "\n".join(lines)
