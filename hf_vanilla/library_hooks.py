@@ -9,8 +9,7 @@ that a release that changes one (`transformers>=5.23,<6` allows any minor releas
 - `CompileConfig._compile_all_devices` (`compile_on_every_device`): `generate()` compiles its decoding step only on
   accelerators unless this flag is set (transformers' own CPU tests set it).
 - The model hooks the library's own models override or call (`MODEL_METHODS`; MarianMT uses the same): the resizing
-  of embeddings (the library's would resize an untied output layer with the source vocabulary), and the beam-search
-  cache reorder (ours leaves the cross-attention half, the same in every beam).
+  of embeddings (the library's would resize an untied output layer with the source vocabulary).
 """
 
 from transformers import CompileConfig
@@ -24,8 +23,6 @@ MODEL_METHODS = {
     ("PreTrainedModel", "_get_resized_embeddings"): ["self", "old_embeddings", "new_num_tokens", "pad_to_multiple_of"],
     ("PreTrainedModel", "_get_resized_lm_head"): ["self", "old_lm_head", "new_num_tokens", "transposed"],
 }
-# where the library calls a hook it does not define, by name: (module, the call)
-CALLED_BY_NAME = {"transformers.generation.utils": "self._reorder_cache("}
 
 
 def compile_on_every_device(config: CompileConfig) -> CompileConfig:

@@ -822,23 +822,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_total, (grad_weight * grad_total).to(ctx.weight_dtype), None, None, None, None
 
 
-class VanillaGenerationMixin(GenerationMixin):
-    """What `generate()` needs to know about our cache; shared by the PyTorch model and runners of its exports
-    (`interop.exporters`)."""
-
-    @staticmethod
-    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
-        """Beam search moves hypotheses only among the beams of one source, which share its encoder output: the
-        cross-attention keys and values are the same in every beam, so only the self-attention cache is reordered
-        (the library's `EncoderDecoderCache.reorder_cache` also copies the cross-attention half at every step)."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
-
-
-class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, VanillaGenerationMixin):
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The encoder-decoder with the pre-softmax linear projection to target-vocabulary logits (§3.4)."""
 
     def __init__(self, config: VanillaTransformerConfig):

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.utils import can_return_tuple
@@ -46,7 +46,6 @@ from transformers.utils import can_return_tuple
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..modeling_vanilla import (
     CACHE_FIELD,
-    VanillaGenerationMixin,
     VanillaTransformerForConditionalGeneration,
     cache_argument,
     check_attention_mask,
@@ -196,7 +195,7 @@ class ExportedEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=outputs.last_hidden_state)
 
 
-class ExportedVanillaForConditionalGeneration(PreTrainedModel, VanillaGenerationMixin):
+class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
     """The graphs of an `export_model` folder, run by the library's runners behind the model interface that
     `generate()` drives."""
 
