@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard, metadata_load
@@ -32,6 +33,9 @@ def published(small_tokenizer, tmp_path_factory):
     write_hub_folder(model, small_tokenizer, folder, CARD)
     assert model.generation_config.num_beams == 1  # ... in the folder, leaving the caller's model as it was
     return folder, model, small_tokenizer
+
+
+ROOT = Path(__file__).parents[1]
 
 
 def test_folder_has_every_file(published):
@@ -68,6 +72,11 @@ def test_card_metadata_validates(published):
     for section in ("## Results", "## Use", "## Training", "## Intended use and limitations", "## Citation"):
         assert section in text
     assert "| learning_rate | 0.005 |" in text and "someone/vanilla-en-de" in text
+    # the transformers releases the remote code was tested with: the floor and the lock's version
+    locked = next(
+        line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("transformers==")
+    )
+    assert f"tested with transformers 5.23\nto {locked.split('==')[1]}" in text
 
 
 def test_bleu_without_signature_is_refused(tmp_path):
