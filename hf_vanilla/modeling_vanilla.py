@@ -467,7 +467,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaEncoderLayer", "VanillaDecoderLayer"]
-    _skip_keys_device_placement = [CACHE_FIELD]
+    _skip_keys_device_placement = ["cache", "past_key_values"]  # the cache argument, either name
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
