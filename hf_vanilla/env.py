@@ -81,9 +81,9 @@ class LibraryStatus:
 
 
 def range_tested(name: str) -> tuple[Version | None, Version | None]:
-    """(floor, newest tested) of one library."""
-    floors = {canonicalize_name(r.name): floor_of(r) for r, _ in declared_requirements()}
-    return floors.get(canonicalize_name(name)), locked_versions().get(canonicalize_name(name))
+    """(floor, newest tested) of one library that hf-vanilla requires."""
+    status = next(status for status in library_statuses() if status.name == canonicalize_name(name))
+    return status.floor, status.newest_tested
 
 
 def floor_of(requirement: Requirement) -> Version | None:
