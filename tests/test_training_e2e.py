@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 import torch
@@ -18,6 +19,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.training import TokenBudgetBatchSampler
 
 from .conftest import REMOTE_PIPELINE, run_without_hf_vanilla
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
@@ -245,6 +247,41 @@ def test_two_cpu_processes_see_every_pair_of_an_epoch_once(tmp_path):
     seen = [tuple(row) for rank in (first, second) for batch in rank["batches"] for row in batch]
     assert sorted(seen) == sorted(tuple(row) for row in first["dataset"]), "no pair twice, none lost"
     assert len(first["batches"]) == len(second["batches"]), "the ranks made the same number of steps"
+
+
+def epochs_of(batches: list, epochs: int) -> list[list]:
+    """A rank's recorded batches cut into its `epochs` epochs (every epoch has as many)."""
+    per_epoch, left = divmod(len(batches), epochs)
+    assert per_epoch and not left, (len(batches), epochs)
+    return [batches[e * per_epoch : (e + 1) * per_epoch] for e in range(epochs)]
+
+
+@pytest.mark.slow
+def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(tmp_path):
+    """Under `accelerate launch`, 3 epochs: every epoch is the sampler's own order for that epoch (what one process
+    visits), dealt to the ranks in turn; then a SIGTERM in the middle of epoch 2 and a resume, which must continue
+    that epoch's order (Accelerate wraps the sampler once to shard it and once more to skip the trained batches)."""
+    first, second = launch_two_processes(tmp_path / "whole", "--epochs", "3", "--save-steps", "1000")
+    dataset = [tuple(ids) for ids in first["dataset"]]
+    lengths = np.asarray([len(ids) for ids in dataset])  # the synthetic pairs' sides are equally long
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=48, seed=5, num_shards=2)  # the worker's settings
+    ranks = [epochs_of(rank["batches"], 3) for rank in (first, second)]
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        expected = [[dataset[row] for row in batch] for batch in sampler]
+        dealt = [batch for pair in zip(ranks[0][epoch], ranks[1][epoch], strict=True) for batch in pair]
+        assert [[tuple(ids) for ids in batch] for batch in dealt] == expected, f"epoch {epoch}"
+    assert ranks[0][0] != ranks[0][1] != ranks[0][2] != ranks[0][0]
+
+    per_epoch = len(ranks[0][0])
+    updates_per_epoch = -(-per_epoch // 2)  # 2 micro-batches accumulated per update
+    stop = updates_per_epoch + updates_per_epoch // 2
+    launch_two_processes(tmp_path / "resumed", "--epochs", "3", "--save-steps", "1000", "--terminate-at", str(stop))
+    resumed = launch_two_processes(tmp_path / "resumed", "--epochs", "3", "--save-steps", "1000", "--resume")
+    trained = per_epoch + 2 * (stop - updates_per_epoch)  # micro-batches of each rank before the stop
+    for rank, whole in enumerate((first, second)):
+        assert resumed[rank]["batches"] == whole["batches"][trained:], f"rank {rank} after the resume"
+    assert resumed[0]["weights"] == resumed[1]["weights"] == first["weights"], "the resume ends where the run did"
 
 
 @pytest.mark.slow

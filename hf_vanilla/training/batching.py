@@ -1,7 +1,7 @@
 """Token-budget batching (fairseq's `--max-tokens`): batches of similar-length pairs under a padded-token budget."""
 
 import numpy as np
-from torch.utils.data import Sampler
+from torch.utils.data import Dataset, Sampler
 
 from ..packing import pack_by_budget
 
@@ -90,3 +90,33 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
+
+
+class EpochSettingRows(Dataset):
+    """The rows a `TokenBudgetBatchSampler` batches, for a `DataLoader`, passing each epoch on to that sampler.
+
+    The Trainer starts every epoch with `set_epoch` on its loader, Accelerate's `DataLoaderShard`, which hands it to
+    the batch sampler only if it can reach one with `set_epoch`. With several processes Accelerate wraps our sampler
+    in `BatchSamplerShard`, and a resume's `skip_first_batches` wraps that in `SkipBatchSampler`; neither passes
+    `set_epoch` on. transformers reaches through the one wrapper, not through both, so a resumed multi-process run
+    visited epoch 0's order in every epoch (`tests/test_training_e2e.py`). The loader's dataset is always reached,
+    however the sampler is wrapped."""
+
+    def __init__(self, rows, sampler: TokenBudgetBatchSampler):
+        self.rows, self.sampler = rows, sampler
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.rows[index]
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        return self.rows.__getitems__(indices)  # one Arrow read a batch, as the DataLoader does with `rows` itself
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __getstate__(self) -> dict:
+        # Loader workers only fetch rows: they need not receive the sampler's index of the whole corpus.
+        return {"rows": self.rows, "sampler": None}

@@ -16,7 +16,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
-from .batching import TokenBudgetBatchSampler
+from .batching import EpochSettingRows, TokenBudgetBatchSampler
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
 
@@ -79,7 +79,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             time.monotonic() - start,
         )
         loader = DataLoader(
-            dataset.select_columns(["input_ids", "labels"]),  # what the collator pads; the lengths only batch
+            # what the collator pads (the lengths only batch), and the way each epoch reaches the sampler
+            EpochSettingRows(dataset.select_columns(["input_ids", "labels"]), sampler),
             batch_sampler=sampler,
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
