@@ -50,6 +50,46 @@ def test_batches_are_reshuffled_each_epoch_but_fixed_in_number_and_content(lengt
     assert list(again) == first  # deterministic: what resumption relies on
 
 
+LOADER_OPTIONS = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "multiprocessing_context"]
+
+
+def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its_own(tmp_path):
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer
+
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    rows = [[5, 6, 2], [7, 8, 2], [9, 10, 2]] * 4  # of one length: the default collator stacks them
+    lengths = [3] * len(rows)
+    columns = {"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths}
+    dataset = Dataset.from_dict(columns)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to=[],
+        dataloader_num_workers=2,
+        dataloader_persistent_workers=True,
+        dataloader_prefetch_factor=5,
+        dataloader_pin_memory=False,
+        dataloader_in_order=False,
+        seed=11,
+    )
+    trainer = TokenBudgetSeq2SeqTrainer(model=make_model(), args=args, train_dataset=dataset, max_tokens=16)
+    ours, library = trainer.get_train_dataloader(), Seq2SeqTrainer.get_train_dataloader(trainer)
+    assert {name: getattr(ours, name) for name in LOADER_OPTIONS} == {
+        name: getattr(library, name) for name in LOADER_OPTIONS
+    }
+    assert ours.in_order is library.in_order is False
+    # the library seeds each worker by rank (`seed_worker`), so workers of different processes draw differently
+    assert (ours.worker_init_fn.func, ours.worker_init_fn.keywords) == (
+        library.worker_init_fn.func,
+        library.worker_init_fn.keywords,
+    )
+    assert sorted(i for batch in ours for i in batch["input_ids"].flatten().tolist() if i > 2) == sorted(
+        i for row in rows for i in row if i > 2
+    ), "the workers fetch every row"
+
+
 def test_a_pair_over_the_budget_is_an_error():
     with pytest.raises(ValueError, match="max_tokens"):
         TokenBudgetBatchSampler([5, 300], max_tokens=256)

@@ -8,11 +8,12 @@ import logging
 import os
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
@@ -83,8 +84,16 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             EpochSettingRows(dataset.select_columns(["input_ids", "labels"]), sampler),
             batch_sampler=sampler,
             collate_fn=self.data_collator,
+            # the options the Trainer gives its own training loader
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            multiprocessing_context=self.args.dataloader_multiprocessing_context,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+            in_order=self.args.dataloader_in_order,
+            worker_init_fn=partial(
+                seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
+            ),
         )
         # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
         # number a multiple of the process count, so none is repeated to even them out).
