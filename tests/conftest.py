@@ -94,11 +94,15 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return padded_batch([[5, 9, 14, 22, 7, 31, EOS], [40, 12, EOS], [18, 3, 27, 55, EOS]])
 
 
-@pytest.fixture(scope="session")
-def small_tokenizer():
+def train_small_tokenizer():
     """A 400-entry BPE over the first 2000 Multi30k pairs: enough for pipeline tests, trained in a second."""
     lines = list(stream_lines(MULTI30K / "train.en.gz"))[:2000] + list(stream_lines(MULTI30K / "train.de.gz"))[:2000]
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer():
+    return train_small_tokenizer()
 
 
 REVERSAL_VOCAB = 24

@@ -1,13 +1,21 @@
-"""A tokenized cache that fails, through the command: unreadable files are rebuilt, a full disk names the folder and
-keeps nothing, files left by a killed build are cleared at the next one."""
+"""A tokenized cache that fails: unreadable files are rebuilt, by the process that prepares the data and by no other;
+other errors of the disk propagate and keep the cache; a full disk fails once, naming the folder and the space, and
+keeps nothing; files left by a killed build are cleared at the next one; two builders of one cache build it once."""
 
+import errno
+import multiprocessing
 import os
+import re
 import subprocess
 import sys
-import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import datasets
 import pytest
+
+from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.training.preprocessing import tokenize_corpus
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,10 +54,8 @@ def test_files_left_by_a_killed_build_are_cleared_by_the_next(tmp_path):
     folder = tokenized_folder(cache)
     for name in ("manifest.json", "train.arrow"):  # as a build killed while writing the training split leaves it
         (folder / name).unlink()
-    left = folder / "tmpk1ll3d"
+    left = folder / "tmpk1ll3d"  # written a moment ago: no build holds the cache's lock, so none is writing it
     left.write_bytes(b"\0" * 1000)
-    an_hour_ago = time.time() - 3600
-    os.utime(left, (an_hour_ago, an_hour_ago))
     again = train(tmp_path, cache)
     assert again.returncode == 0, again.stderr[-3000:]
     assert not left.exists() and f"Removed {left}, left by a build that stopped." in again.stderr
@@ -72,5 +78,70 @@ def test_a_full_disk_names_the_folder_and_the_space_and_keeps_nothing(tmp_path, 
     full = train(tmp_path, small_disk / "cache", "--max_train_examples", "29000")  # ~4 MB of token ids
     assert full.returncode == 2, full.stderr[-3000:]
     assert "filled up while tokenizing train (nothing was kept)" in full.stderr
-    assert str(small_disk / "cache" / "tokenized") in full.stderr and " GB there" in full.stderr
+    assert full.stderr.count("Building the tokenized cache") == 1, "a full disk is not an unreadable cache"
+    assert "cannot be read" not in full.stderr
+    needed = re.search(r"needs about ([0-9.]+) (MB|GB) there", full.stderr)
+    assert needed and float(needed[1]) > 0, full.stderr[-3000:]
+    assert str(small_disk / "cache" / "tokenized") in full.stderr
     assert not any((small_disk / "cache" / "tokenized").iterdir())
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 50, "test": 50})
+
+
+def break_arrow_metadata(path: Path) -> None:
+    """Overwrite the start of an Arrow file (its schema) with garbage of the same length: the size its manifest
+    records still holds, but Arrow cannot read it."""
+    data = bytearray(path.read_bytes())
+    data[8:64] = b"A" * 56
+    path.write_bytes(bytes(data))
+
+
+def test_an_unreadable_cache_is_rebuilt_only_by_a_process_that_may_rebuild_it(corpus, small_tokenizer, tmp_path):
+    first = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    train_file = first.path / "train.arrow"
+    break_arrow_metadata(train_file)
+    broken = train_file.read_bytes()
+    with pytest.raises(RuntimeError, match=f"{re.escape(str(first.path))} cannot be read by this process"):
+        tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1, may_rebuild=False)
+    assert train_file.read_bytes() == broken, "a process that may not rebuild deletes nothing"
+    again = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1, may_rebuild=True)
+    assert again.built and again.path == first.path
+    assert again.splits["train"]["labels"] == first.splits["train"]["labels"]
+
+
+def test_another_disk_error_propagates_naming_the_folder_and_keeps_the_cache(
+    corpus, small_tokenizer, tmp_path, monkeypatch
+):
+    first = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    files = {path.name: path.stat().st_size for path in first.path.iterdir()}
+
+    def stale(*args, **kwargs):  # what an NFS client raises for a file the server no longer knows
+        raise OSError(errno.ESTALE, "Stale file handle")
+
+    monkeypatch.setattr(datasets.Dataset, "from_file", stale)
+    with pytest.raises(OSError, match="Stale file handle") as raised:
+        tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    assert raised.value.errno == errno.ESTALE and str(first.path) in "".join(raised.value.__notes__)
+    assert {path.name: path.stat().st_size for path in first.path.iterdir()} == files, "nothing deleted or rebuilt"
+
+
+def tokenize_when_both_are_ready(barrier, cache_dir: str) -> bool:
+    """One of two processes building the same cache at once; whether this one built it."""
+    from .conftest import train_small_tokenizer
+
+    tokenizer = train_small_tokenizer()
+    corpus = load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 50, "test": 50})
+    barrier.wait()
+    return tokenize_corpus(corpus, tokenizer, 30, cache_dir=Path(cache_dir), num_workers=1).built
+
+
+def test_two_processes_building_one_cache_at_once_build_it_once(corpus, tmp_path):
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(2, mp_context=context) as pool:
+        barrier = manager.Barrier(2)
+        built = list(pool.map(tokenize_when_both_are_ready, [barrier] * 2, [str(tmp_path)] * 2))
+    assert sorted(built) == [False, True], "one builds, the other waits and opens what it wrote"
+    assert not list(tmp_path.glob("tokenized/*/tmp*"))

@@ -9,22 +9,28 @@ The cache lives under `<data_cache_dir>` (default `<HF_DATASETS_CACHE>/hf_vanill
   and `source_length`/`target_length` columns for the token-budget sampler; keyed by the corpus, the tokenizer and
   the length limit. `datasets` writes each file under a temporary name and moves it into place. Training pairs over
   the limit are left out (counted); evaluation pairs never.
+- `locks/`: a file lock per cache entry (`filelock`, as `datasets` locks its own builds), held while one is built or
+  checked, so that processes building the same entry at once (two runs, or the nodes of one on a shared disk)
+  build it once.
 Keys are hashes of public values (`data.cache_key`): the files behind each split with their sizes and modification
 times, the number of rows, the tokenizer's serialised form, the limits.
 """
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from filelock import FileLock, Timeout
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..data import cache_key, datasets_cache_dir, file_stamp
@@ -36,7 +42,6 @@ logger = logging.getLogger(__name__)
 CACHE_FORMAT = 3  # part of every key: bump when the layout of the cached files changes
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
 MANIFEST = "manifest.json"  # each file of a complete tokenized cache and its size, written last
-STALE_SECONDS = 600  # a temporary file nobody has written to for this long was left by a killed build
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
 ENCODE_ROWS = 2000  # pairs a worker encodes at a time
 WRITER_BATCH_ROWS = 1 << 15  # rows per record batch of the tokenized files (~5 MB of ids)
@@ -44,6 +49,24 @@ WRITER_BATCH_ROWS = 1 << 15  # rows per record batch of the tokenized files (~5 
 
 def default_cache_dir() -> Path:
     return datasets_cache_dir() / "hf_vanilla"
+
+
+@contextlib.contextmanager
+def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
+    """Hold the lock of the cache entry `<kind>/<key>`, saying so when another process holds it (it is building the
+    entry: this one waits, then opens what it wrote)."""
+    path = cache_dir / "locks" / f"{kind}-{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("Another process is building or checking %s/%s in %s: waiting for it.", kind, key, cache_dir)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def dataset_identity(dataset) -> dict:
@@ -87,20 +110,19 @@ def prepare_tokenizer(
         return AutoTokenizer.from_pretrained(output_dir / "tokenizer")
     key = cache_key(format=CACHE_FORMAT, corpus=dataset_identity(train), vocab_size=vocab_size, sample=sample)
     folder = cache_dir / "tokenizers" / key
-    if not (folder / "tokenizer.json").is_file():
-        start = time.monotonic()
-        tokenizer = train_bpe_tokenizer(sample_sentences(train, sample), vocab_size=vocab_size, show_progress=False)
-        staging = folder.with_name(f"{folder.name}.incomplete-{os.getpid()}")
-        tokenizer.save_pretrained(staging)
-        try:
+    with entry_lock(cache_dir, "tokenizers", key):
+        if not (folder / "tokenizer.json").is_file():
+            start = time.monotonic()
+            tokenizer = train_bpe_tokenizer(
+                sample_sentences(train, sample), vocab_size=vocab_size, show_progress=False
+            )
+            staging = folder.with_name(f"{folder.name}.incomplete-{os.getpid()}")
+            tokenizer.save_pretrained(staging)
+            shutil.rmtree(folder, ignore_errors=True)  # what a build killed before it was whole left there
             os.replace(staging, folder)
-        except OSError:  # another process got there first: keep theirs
-            if not folder.is_dir():
-                raise
-            shutil.rmtree(staging, ignore_errors=True)
-        logger.warning(
-            "Trained a %d-entry BPE in %.1f s, cached in %s.", len(tokenizer), time.monotonic() - start, folder
-        )
+            logger.warning(
+                "Trained a %d-entry BPE in %.1f s, cached in %s.", len(tokenizer), time.monotonic() - start, folder
+            )
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if is_main_process:
         tokenizer.save_pretrained(output_dir / "tokenizer")
@@ -186,15 +208,21 @@ class TokenizedCorpus:
 
 
 def tokenize_corpus(
-    corpus, tokenizer: PreTrainedTokenizerBase, max_length: int, cache_dir: Path, num_workers: int | None = None
+    corpus,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    cache_dir: Path,
+    num_workers: int | None = None,
+    may_rebuild: bool = True,
 ) -> TokenizedCorpus:
     """Every split of `corpus` tokenized by `Dataset.map` with `num_workers` processes (default: one per core), from
-    the cache or built into it.
+    the cache or built into it, under the entry's lock.
 
-    A cache that cannot be read (a file whose size is not the one recorded in its `MANIFEST` when it was built, or
-    that Arrow cannot open) is built again; a disk that fills up while building raises `OSError` naming the folder
-    and the space to free, and leaves nothing half-written behind; temporary files of builds that stopped writing
-    `STALE_SECONDS` ago (a killed process) are removed before a build."""
+    A complete cache that cannot be read (a file of another size than its `MANIFEST` recorded, or one Arrow cannot
+    parse) is built again where `may_rebuild` (the process that prepares the data: the others open what it has just
+    built or checked, so for them it is an error, and they delete nothing). Other `OSError`s (permissions, a stale
+    NFS handle, a full disk) propagate, naming the folder: building again would not mend them. A disk that fills up
+    while building raises naming the folder and the space to free, and leaves nothing half-written behind."""
     key = cache_key(
         format=CACHE_FORMAT,
         corpus={split: dataset_identity(dataset) for split, dataset in corpus.items()},
@@ -202,15 +230,35 @@ def tokenize_corpus(
         max_length=max_length,
     )
     folder = cache_dir / "tokenized" / key
-    problem = unreadable(folder)
-    if problem is None:
+    with entry_lock(cache_dir, "tokenized", key):
         try:
+            problem = unreadable(folder)
+            if problem is None:
+                try:
+                    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+                except (pa.ArrowInvalid, OSError) as error:
+                    if not is_arrow_read_error(error):
+                        raise
+                    problem = str(error)
+            if not may_rebuild:
+                raise RuntimeError(
+                    f"The tokenized cache {folder} cannot be read by this process ({problem}), though the process "
+                    "that prepares the data has just built or checked it. Check that disk; deleting the folder makes "
+                    "the next run build it again."
+                )
+            logger.warning("The tokenized cache %s cannot be read (%s): building it again.", folder, problem)
+            shutil.rmtree(folder)
             return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
-        except (pa.ArrowInvalid, pa.ArrowIOError) as error:  # a file the manifest could not vouch for
-            problem = str(error)
-    logger.warning("The tokenized cache %s cannot be read (%s): building it again.", folder, problem)
-    shutil.rmtree(folder, ignore_errors=True)
-    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+        except OSError as error:
+            error.add_note(f"(building or opening the tokenized cache {folder})")
+            raise
+
+
+def is_arrow_read_error(error: Exception) -> bool:
+    """Whether `error` is Arrow failing to parse a file's bytes: `ArrowInvalid`, or the `OSError` without an errno
+    that Arrow raises for a malformed message (`pa.ArrowIOError` is `OSError` itself). An error of the system (a full
+    disk, permissions, a stale NFS handle, too many open files) carries its errno."""
+    return isinstance(error, pa.ArrowInvalid) or (isinstance(error, OSError) and error.errno is None)
 
 
 def unreadable(folder: Path) -> str | None:
@@ -227,21 +275,22 @@ def unreadable(folder: Path) -> str | None:
     return None
 
 
-def remove_stale_temporary_files(folder: Path) -> None:
-    """`Dataset.map` writes each file under a temporary name in `folder`; one no process has written to for
-    `STALE_SECONDS` was left by a build that was killed (a live build writes a record batch every few seconds)."""
+def remove_temporary_files(folder: Path) -> None:
+    """`Dataset.map` writes each file under a temporary name in `folder`. Called with the entry's lock held, when no
+    build is running: any such file was left by a build that was killed."""
     for path in folder.glob("tmp*"):
-        if time.time() - path.stat().st_mtime > STALE_SECONDS:
-            path.unlink(missing_ok=True)
-            logger.warning("Removed %s, left by a build that stopped.", path)
+        path.unlink(missing_ok=True)
+        logger.warning("Removed %s, left by a build that stopped.", path)
 
 
 def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, num_workers: int | None):
     import datasets
 
     folder.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporary_files(folder)
+    remove_temporary_files(folder)
     existing = set(os.listdir(folder))
+    if MANIFEST not in existing:
+        logger.warning("Building the tokenized cache %s.", folder)
     if not num_workers:
         num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if num_workers > 1:
@@ -274,8 +323,8 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
             raise OSError(
                 errno.ENOSPC,
                 f"The disk of {folder} filled up while tokenizing {split} (nothing was kept): the tokenized corpus "
-                f"needs about {needed_space_gb(corpus):.1f} GB there. Free that much, or give --data_cache_dir on "
-                "a larger disk.",
+                f"needs about {readable_size(needed_space(corpus))} there. Free that much, or give --data_cache_dir "
+                "on a larger disk.",
             ) from error
     files = {Path(file["filename"]).name for split in splits.values() for file in split.cache_files}
     built = not files <= existing
@@ -296,8 +345,14 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
     return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built)
 
 
-def needed_space_gb(corpus) -> float:
-    """What the tokenized corpus takes on disk, estimated as half its raw Arrow files (16-bit ids of ~4-character
-    tokens against UTF-8 text)."""
-    raw = sum(Path(file["filename"]).stat().st_size for dataset in corpus.values() for file in dataset.cache_files)
-    return raw / 2 / 1e9
+def needed_space(corpus) -> int:
+    """What the tokenized corpus takes on disk in bytes, estimated as half its raw Arrow files (16-bit ids of
+    ~4-character tokens against UTF-8 text)."""
+    return (
+        sum(Path(file["filename"]).stat().st_size for dataset in corpus.values() for file in dataset.cache_files) // 2
+    )
+
+
+def readable_size(size: int) -> str:
+    """`size` bytes in MB under a gigabyte, else in GB, to a tenth."""
+    return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"

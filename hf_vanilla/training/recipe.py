@@ -102,6 +102,8 @@ def prepare_data(
         "test": recipe.max_test_examples,
     }
     shared = caches_shared_by_all_nodes([cache_dir, datasets_cache_dir()], training_args)
+    # The process that goes first (one per node, or one for all) prepares the data; only it may rebuild a cache.
+    preparer = training_args.local_process_index == 0 if not shared else training_args.process_index == 0
     with training_args.main_process_first(desc="reading and tokenizing the corpus", local=not shared):
         if training_args.process_index != 0:
             clock.lap("waiting for the main process to prepare the data")
@@ -127,7 +129,12 @@ def prepare_data(
         )
         clock.lap("tokenizer")
         tokenized = tokenize_corpus(
-            corpus, tokenizer, recipe.max_length, cache_dir, num_workers=recipe.preprocessing_num_workers
+            corpus,
+            tokenizer,
+            recipe.max_length,
+            cache_dir,
+            num_workers=recipe.preprocessing_num_workers,
+            may_rebuild=preparer,
         )
         clock.lap(f"tokenizing ({'built' if tokenized.built else 'opened'} {tokenized.path})")
     # Only the tokenized training split is read from here on.
