@@ -188,3 +188,35 @@ def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
     first, second = (load_model(tmp_path / "sharded" / step).state_dict() for step in ("step-1", "step-2"))
     for name, weight in averaged.state_dict().items():
         assert torch.allclose(weight, (first[name] + second[name]) / 2, atol=1e-6), name
+
+
+@pytest.mark.parametrize(
+    "launcher_variable",
+    ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"],
+)
+def test_the_processes_of_a_node_are_counted_from_the_launchers_variable(monkeypatch, launcher_variable):
+    from hf_vanilla.training.recipe import LOCAL_SIZE_VARIABLES, processes_on_this_node
+
+    for variable in LOCAL_SIZE_VARIABLES:  # torchrun, Open MPI, MPICH / Intel MPI, MVAPICH
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv(launcher_variable, "4")
+    assert processes_on_this_node(16) == 4  # no process group needed: the launcher said it
+
+
+def count_on_my_node(rank: int, nodes: list[str], port: int, results: Path) -> None:
+    """One process of a group whose ranks run on `nodes`, as `srun` starts them: each knows its rank and its node's
+    name, not how many share the node."""
+    from hf_vanilla.training.recipe import LOCAL_SIZE_VARIABLES, processes_on_this_node
+
+    for variable in LOCAL_SIZE_VARIABLES:
+        os.environ.pop(variable, None)
+    os.environ["SLURMD_NODENAME"] = nodes[rank]
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
+    (results / f"{rank}").write_text(str(processes_on_this_node(3)))
+    torch.distributed.destroy_process_group()
+
+
+def test_without_a_launchers_variable_the_group_counts_the_processes_of_each_node(tmp_path):
+    nodes = ["node-a", "node-a", "node-b"]  # srun's 3 tasks on 2 nodes, simulated on this host
+    torch.multiprocessing.spawn(count_on_my_node, args=(nodes, free_port(), tmp_path), nprocs=3)
+    assert [int((tmp_path / f"{rank}").read_text()) for rank in range(3)] == [2, 2, 1]

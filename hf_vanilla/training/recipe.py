@@ -10,6 +10,7 @@ offline, CSV logs with a PNG of the curves, a wall-clock budget, and averaging o
 import logging
 import os
 import secrets
+import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -142,14 +143,42 @@ def prepare_data(
     return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
 
 
+# What launchers tell each process of the number on its node: torchrun (and Accelerate's CPU launcher), Open MPI,
+# MPICH and Intel MPI, MVAPICH (the variables Accelerate reads for its own CPU runs).
+LOCAL_SIZE_VARIABLES = [
+    "LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
+]
+
+
+def processes_on_this_node(world_size: int) -> int:
+    """How many of the job's `world_size` processes run on this node: from the launcher's variable where it sets one
+    (`LOCAL_SIZE_VARIABLES`), else counted through the process group, each process naming its node (Slurm's
+    `SLURMD_NODENAME` under `srun`, else the host name). Before this, a launcher without `LOCAL_WORLD_SIZE` (`srun`
+    or `mpirun` straight into the command) counted as one node."""
+    for variable in LOCAL_SIZE_VARIABLES:
+        if os.environ.get(variable):
+            return int(os.environ[variable])
+    if world_size == 1:
+        return 1
+    import torch.distributed as dist
+
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    nodes = [None] * world_size
+    dist.all_gather_object(nodes, node)
+    return nodes.count(node)
+
+
 def caches_shared_by_all_nodes(folders: list[Path], training_args: Seq2SeqTrainingArguments) -> bool:
     """Whether every process sees the same `folders` (a shared filesystem) rather than each node its own disk: the
     global main process leaves a file in each, and every process looks for it. On one node, trivially true. Logged,
     since it decides whether each node prepares the data or one process does it for all."""
     import torch.distributed as dist
 
-    world, local_world = training_args.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
-    if world == local_world:
+    world = training_args.world_size
+    if world == processes_on_this_node(world):
         return True
     token = [secrets.token_hex(8) if training_args.process_index == 0 else None]
     dist.broadcast_object_list(token)
