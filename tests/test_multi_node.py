@@ -127,7 +127,7 @@ def test_a_resume_on_another_number_of_processes_is_refused_unless_the_epoch_res
     assert first.returncode == 0, first.stderr[-4000:]
     refused = launch(after, output, cache, "--resume_from_checkpoint", "last")
     assert refused.returncode != 0, refused.stderr[-4000:]  # 2 from the command, 1 from torchrun around it
-    message = f"checkpoint-2 was written by {before} process(es), and this run has {after}"
+    message = f"checkpoint-2 was trained with the process count {before}, and this run has {after}"
     assert message in refused.stderr and "--ignore_data_skip true" in refused.stderr
     restarted = launch(after, output, cache, "--resume_from_checkpoint", "last", "--ignore_data_skip", "true")
     assert restarted.returncode == 0, restarted.stderr[-4000:]
@@ -146,11 +146,12 @@ def nested_close(got, expected, tolerance: float) -> bool:
 def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
     """`fully_shard` over 2 gloo processes, where Accelerate turns FSDP off without CUDA: the tied embeddings and the
     chunked loss give one process's loss and gradients; FULL_STATE_DICT checkpoints load and average; `generate`
-    with `synced_gpus` finishes when the ranks need different numbers of steps (upstream reports hangs)."""
+    with `synced_gpus` finishes when the ranks need different numbers of steps (upstream reports hangs); our trainer's
+    `predict` with generation and beam search gives the unsharded model's translations."""
     from hf_vanilla.loading import load_model
     from hf_vanilla.training.averaging import average_checkpoints
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # the worker imports benchmarks/
     (tmp_path / "single").mkdir()
     (tmp_path / "sharded").mkdir()
     single = subprocess.run(
@@ -180,6 +181,7 @@ def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
     for name, gradient in expected["gradients"].items():
         assert nested_close(got["gradients"][name], gradient, 1e-5), name
     assert got["generated"] == expected["generated"]
+    assert got["predictions"] == expected["predictions"]
     for step in ("step-1", "step-2"):
         ours, reference = load_model(tmp_path / "sharded" / step), load_model(tmp_path / "single" / step)
         for (name, weight), other in zip(ours.state_dict().items(), reference.state_dict().values(), strict=True):

@@ -90,6 +90,55 @@ def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its
     ), "the workers fetch every row"
 
 
+def resumable_run(output_dir: Path, pairs: int = 40, max_tokens: int = 40, **options):
+    """A token-budget trainer of a tiny model over `pairs` synthetic pairs, saving every update."""
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(4, 30, rng.integers(2, 9)).tolist() + [2] for _ in range(pairs)]
+    lengths = [len(row) for row in rows]
+    columns = {"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths}
+    settings = {"max_steps": 2, "save_steps": 1, "seed": 3, **options}
+    args = Seq2SeqTrainingArguments(output_dir=str(output_dir), use_cpu=True, report_to=[], **settings)
+    model = make_model()
+    return TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict(columns),
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(model.config.vocab_size), model=model),
+        max_tokens=max_tokens,
+    )
+
+
+@pytest.mark.parametrize(
+    "change, option",
+    [
+        ({"max_tokens": 32}, "--max_tokens"),
+        ({"seed": 4}, "--seed"),
+        ({"pairs": 39}, "the training pairs"),
+    ],
+)
+def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epoch_restarts(tmp_path, change, option):
+    resumable_run(tmp_path).train()
+    assert (tmp_path / "checkpoint-2" / "token_budget_batching.json").is_file()
+    changed = resumable_run(tmp_path, max_steps=3, **change)
+    with pytest.raises(
+        ValueError, match=f"checkpoint-2 was trained with {option}.*--ignore_data_skip true"
+    ) as refused:
+        changed.train(resume_from_checkpoint=True)
+    assert "\n" not in str(refused.value)
+    restarted = resumable_run(tmp_path, max_steps=3, ignore_data_skip=True, **change)
+    restarted.train(resume_from_checkpoint=True)
+    assert restarted.state.global_step == 3
+    same = resumable_run(tmp_path, max_steps=4)
+    same.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # the same batches: resumed
+    assert same.state.global_step == 4
+
+
 def test_a_pair_over_the_budget_is_an_error():
     with pytest.raises(ValueError, match="max_tokens"):
         TokenBudgetBatchSampler([5, 300], max_tokens=256)

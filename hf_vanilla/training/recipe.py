@@ -22,7 +22,6 @@ from transformers import (
     set_seed,
 )
 from transformers.trainer_callback import ProgressCallback
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..data import datasets_cache_dir, load_parallel_corpus
@@ -269,29 +268,6 @@ def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransfo
         )
 
 
-def check_resumable_with_this_many_processes(training_args: Seq2SeqTrainingArguments) -> None:
-    """A checkpoint says where its run stood in the epoch as a count of batches per process, and the token-budget
-    batches are dealt to processes differently for another process count (their number is made a multiple of it):
-    resumed with another count, the skipped batches would not be the ones trained, losing some pairs of the epoch
-    and repeating others. Such a resume is refused, unless `--ignore_data_skip` restarts the epoch. The count is read
-    from the checkpoint's RNG states, one file per process (`rng_state_<rank>.pth`, or `rng_state.pth` for one)."""
-    resume = resume_point(training_args.resume_from_checkpoint)
-    if not resume or training_args.ignore_data_skip:
-        return
-    checkpoint = get_last_checkpoint(training_args.output_dir) if resume is True else resume
-    if checkpoint is None or not Path(checkpoint).is_dir():
-        return  # nothing to resume: the Trainer says so itself
-    checkpoint = Path(checkpoint)
-    saved = 1 if (checkpoint / "rng_state.pth").exists() else len(list(checkpoint.glob("rng_state_*.pth")))
-    if saved and saved != training_args.world_size:
-        raise ValueError(
-            f"{checkpoint} was written by {saved} process(es), and this run has {training_args.world_size}: where "
-            "the run stood in its epoch does not carry over to another process count (the batches are dealt to "
-            f"the processes differently). Resume with {saved} process(es), or add --ignore_data_skip true to "
-            "restart the current epoch from its first batch (its pairs trained before the checkpoint are seen again)."
-        )
-
-
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
     """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
     trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
@@ -346,7 +322,6 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     """Train, evaluate on the test split with beam search, save `<output_dir>/final`; returns the test scores."""
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_resumable_with_this_many_processes(training_args)
     clock = StartupClock(training_args.process_index)
     data = prepare_data(recipe, training_args, output_dir, clock)
     set_seed(training_args.seed)  # before the model is built, so its initial weights follow the seed

@@ -4,6 +4,8 @@ leaves as it found it."""
 
 import contextlib
 import copy
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -11,9 +13,10 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints, seed_worker
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
@@ -28,6 +31,16 @@ logger = logging.getLogger(__name__)
 LOSS_CHUNK_SIZE = 1024
 # Checkpoints are written under this hidden folder of the output directory and renamed into place when complete.
 STAGING_DIR = ".incomplete-checkpoints"
+# What decided a checkpoint's batches, written into it: a resume skips that many batches of the same order.
+BATCHING_FILE = "token_budget_batching.json"
+# Each entry of that file, as the message of a refused resume names it.
+BATCHING_OPTIONS = {
+    "processes": "the process count",
+    "max_tokens": "--max_tokens",
+    "seed": "--seed",
+    "training_pairs": "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)",
+    "pair_lengths_sha256": "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)",
+}
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
@@ -61,6 +74,26 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             if model.training:
                 inputs["loss_chunk_size"] = LOSS_CHUNK_SIZE
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def batching(self) -> dict:
+        """What decides the training batches and their order: the pairs' lengths, the budget, the seed, the process
+        count. A resume skips the batches its checkpoint trained, by count, so each of these must be the same."""
+        lengths = pair_lengths(self.train_dataset).astype(np.uint32)  # one type, whatever the length limit
+        return {
+            "processes": self.args.world_size,
+            "max_tokens": self.max_tokens,
+            "seed": self.args.seed,
+            "training_pairs": len(lengths),
+            "pair_lengths_sha256": hashlib.sha256(lengths.tobytes()).hexdigest(),
+        }
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:
+            checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
+        if checkpoint and not self.args.ignore_data_skip:
+            check_same_batching(Path(checkpoint), self.batching())
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
@@ -124,6 +157,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         staged, final = run_dir / STAGING_DIR / name, run_dir / name
         if self.args.should_save:
             shutil.rmtree(staged, ignore_errors=True)  # what a killed save of this step left behind
+            staged.mkdir(parents=True)
+            (staged / BATCHING_FILE).write_text(json.dumps(self.batching(), indent=1))
         self.accelerator.wait_for_everyone()
         self._staging_checkpoint = True  # the library writes the whole checkpoint under the staging folder
         try:
@@ -159,3 +194,26 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             return super().prediction_step(*args, **kwargs)
         finally:
             self.model.generation_config = generation_config
+
+
+def saved_batching(checkpoint: Path) -> dict:
+    """What decided the batches of `checkpoint`: its `BATCHING_FILE`; for a checkpoint written without one, the process
+    count alone, read from its RNG states (one file per process: `rng_state_<rank>.pth`, or `rng_state.pth`)."""
+    if (checkpoint / BATCHING_FILE).is_file():
+        return json.loads((checkpoint / BATCHING_FILE).read_text())
+    processes = 1 if (checkpoint / "rng_state.pth").exists() else len(list(checkpoint.glob("rng_state_*.pth")))
+    return {"processes": processes} if processes else {}
+
+
+def check_same_batching(checkpoint: Path, now: dict) -> None:
+    """Refuse, in one line naming the option, to resume from `checkpoint` with other batches than it trained on: the
+    batches a resume skips would not be the ones trained, losing some pairs of the epoch and repeating others."""
+    for name, saved in saved_batching(checkpoint).items():
+        if name in now and now[name] != saved:
+            option = BATCHING_OPTIONS[name]
+            raise ValueError(
+                f"{checkpoint} was trained with {option} {saved}, and this run has {now[name]}: the batches the "
+                f"resume would skip are not the ones it trained. Resume with {option} as it was, or add "
+                "--ignore_data_skip true to restart the current epoch from its first batch (its pairs trained before "
+                "the checkpoint are seen again)."
+            )
