@@ -10,10 +10,12 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import numpy as np
+from torch.distributed.fsdp import FSDPModule
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints, seed_worker
@@ -191,9 +193,27 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         # which checkpoints would then save and every later `generate(max_new_tokens=...)` would warn about.
         generation_config = copy.deepcopy(self.model.generation_config)
         try:
-            return super().prediction_step(*args, **kwargs)
+            with root_parameters_gathered(self.model):
+                return super().prediction_step(*args, **kwargs)
         finally:
             self.model.generation_config = generation_config
+
+
+@contextlib.contextmanager
+def root_parameters_gathered(model) -> Iterator[None]:
+    """With FSDP2, the root module's own parameters (the embeddings and the output projection tied to them, the final
+    norms) gathered for the duration, then sharded again. `generate()` calls the encoder directly, not the root
+    module, whose forward hook would gather them, so it fails on sharded ones ("aten.embedding.default got mixed
+    torch.Tensor and DTensor"); `Seq2SeqTrainer.prediction_step` gathers parameters for FSDP1 only
+    (`summon_full_params`). The layers gather their own in their forward hooks, as in training."""
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
 
 
 def saved_batching(checkpoint: Path) -> dict:

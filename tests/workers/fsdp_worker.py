@@ -5,8 +5,9 @@ Every rank computes the loss and gradients of the same batch, so the averaged sh
 process's; then one SGD step, a full state dict saved by rank 0 twice (after one and two steps), and `generate`
 with `synced_gpus=True` on batches that finish after different numbers of steps on each rank, the root's
 parameters gathered first (`model.unshard()`: generate() calls the encoder and decoder directly, so the root's
-forward hook that would gather them never runs). Rank 0 writes
-`<output>/fsdp.json`: the loss, a digest of the full gradients and weights, and the generated ids.
+forward hook that would gather them never runs). Last, `predict` with `predict_with_generate` and beam search through
+`TokenBudgetSeq2SeqTrainer`, as the recipe's evaluation runs it, which must gather the root itself. Rank 0 writes
+`<output>/fsdp.json`: the loss, the full gradients, the generated ids and the trainer's predictions.
 """
 
 import json
@@ -19,6 +20,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from benchmarks.synthetic import word_level_tokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 
@@ -60,6 +62,29 @@ def full_state_dict(model, sharded: bool) -> dict[str, torch.Tensor]:
     return {name: tensor.clone() for name, tensor in model.state_dict().items()}
 
 
+def predict_through_the_trainer(model, output: Path) -> list[list[int]]:
+    """The translations of 6 sentences of different lengths, as the recipe's evaluation makes them: `predict` with
+    `predict_with_generate` and beam search, the sentences dealt to the processes."""
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    sources = [[5, 6, 2], [7, 8, 9, 10, 11, 2], [12, 2], [13, 14, 15, 16, 17, 18, 19, 20, 2], [21, 22, 23, 2], [9, 2]]
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output / "predict"), use_cpu=True, report_to=[], per_device_eval_batch_size=2,
+        predict_with_generate=True,
+    )  # fmt: skip
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(CONFIG["vocab_size"]), model=model),
+        max_tokens=64,
+    )
+    dataset = Dataset.from_dict({"input_ids": sources, "labels": [list(reversed(ids)) for ids in sources]})
+    return trainer.predict(dataset, num_beams=3, max_length=10).predictions.tolist()
+
+
 def main(output: Path, sharded: bool) -> None:
     model = build_model()
     if sharded:
@@ -89,12 +114,13 @@ def main(output: Path, sharded: bool) -> None:
         )
     if sharded:
         model.reshard()
+    predictions = predict_through_the_trainer(model, output)
     if rank == 0:
         reference = build_model()
         for number, state in enumerate(states, start=1):  # what a FULL_STATE_DICT checkpoint holds, saved as users do
             reference.load_state_dict(state)
             reference.save_pretrained(output / f"step-{number}")
-        result = {"loss": loss, "gradients": gradients, "generated": generated.tolist()}
+        result = {"loss": loss, "gradients": gradients, "generated": generated.tolist(), "predictions": predictions}
         (output / "fsdp.json" if sharded else output / "single.json").write_text(json.dumps(result))
     if sharded:
         dist.barrier()
