@@ -70,6 +70,27 @@ def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer
     assert two.splits["train"].to_dict() == one.splits["train"].to_dict()
 
 
+def test_the_tokenized_files_hold_record_batches_of_the_intended_size(corpus, small_tokenizer, tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    monkeypatch.setattr(preprocessing, "WRITER_BATCH_ROWS", 1000)
+    monkeypatch.setattr(preprocessing, "ENCODE_ROWS", 300)  # encoded in pieces, written whole
+    tokenized = tokenize_corpus(corpus, small_tokenizer, max_length=1000, cache_dir=tmp_path, num_workers=1)
+    with pa.memory_map(str(tokenized.path / "train.arrow")) as source:
+        sizes = [batch.num_rows for batch in pa.ipc.open_stream(source)]
+    assert sizes == [1000, 1000, 1000]  # 3000 pairs, none over the limit
+
+
+def test_in_memory_views_of_one_table_are_told_apart(corpus):
+    from hf_vanilla.training.preprocessing import dataset_identity
+
+    table = datasets.Dataset.from_dict({"source": ["a b", "c", "d e f", "g"], "target": ["1", "2 3", "4", "5 6"]})
+    views = [table.select([0, 1]), table.select([2, 3]), table.shuffle(seed=0), table]
+    identities = [dataset_identity(view) for view in views]
+    assert len({repr(identity) for identity in identities}) == 4, "each view's rows are their own key"
+    assert dataset_identity(table.select([0, 1])) == identities[0], "the same rows, the same key"
+
+
 def test_bpe_learns_from_a_sample_once_and_later_runs_reuse_it(corpus, tmp_path, monkeypatch):
     sentences = [s for batch in sample_sentences(corpus["train"], 1000) for s in batch]
     assert 800 < len(sentences) < 1200  # about the sample asked for, both sides of each drawn pair

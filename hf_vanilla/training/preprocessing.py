@@ -44,7 +44,7 @@ SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so 
 MANIFEST = "manifest.json"  # each file of a complete tokenized cache and its size, written last
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
 ENCODE_ROWS = 2000  # pairs a worker encodes at a time
-WRITER_BATCH_ROWS = 1 << 15  # rows per record batch of the tokenized files (~5 MB of ids)
+WRITER_BATCH_ROWS = 1 << 15  # pairs per record batch of the tokenized files (~5 MB of ids), before the length filter
 
 
 def default_cache_dir() -> Path:
@@ -72,11 +72,12 @@ def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
 def dataset_identity(dataset) -> dict:
     """What identifies a split's rows through public values: the Arrow files behind it (path, size, mtime) and the
     number of rows (a corpus cut to its first N pairs reads the same files). A dataset held in memory has no files;
-    its rows are hashed instead."""
+    its rows are hashed instead, as the dataset yields them: a `shuffle` or `select` view keeps its parent's table
+    and reorders it through an indices mapping."""
     if not dataset.cache_files:
         from datasets.fingerprint import Hasher
 
-        return {"in_memory": Hasher.hash(dataset.data.table)}
+        return {"in_memory": Hasher.hash(dataset.with_format("arrow")[:])}
     return {"files": [file_stamp(Path(file["filename"])) for file in dataset.cache_files], "rows": len(dataset)}
 
 
@@ -152,19 +153,27 @@ def encode_texts(tokenizer: PreTrainedTokenizerBase, texts: list[str], as_target
     return encoded["input_ids"]
 
 
-def _ids_column(sequences: list[list[int]], dtype: np.dtype) -> tuple[pa.Array, np.ndarray]:
-    lengths = np.fromiter(map(len, sequences), dtype=np.int32, count=len(sequences))
-    offsets = np.zeros(len(sequences) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.fromiter((i for ids in sequences for i in ids), dtype=dtype, count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)), lengths
+def ids_column(sequences: list[list[int]], dtype: np.dtype) -> pa.ListArray:
+    """The id lists as an Arrow list column of `dtype`, built by Arrow from the Python lists."""
+    return pa.array(sequences, type=pa.list_(pa.from_numpy_dtype(dtype)))
 
 
 def encode_pairs(batch: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int | None) -> pa.Table:
-    """Token ids and lengths of a batch of pairs, without the pairs longer than `max_length` tokens (if given)."""
+    """Token ids and lengths of a batch of pairs, without the pairs longer than `max_length` tokens (if given),
+    encoded `ENCODE_ROWS` pairs at a time (what the tokenizer's per-sentence objects cost stays small) and returned as
+    one table, which `Dataset.map` writes as one record batch."""
+    starts = range(0, batch.num_rows, ENCODE_ROWS)
+    pieces = [encode_piece(batch.slice(start, ENCODE_ROWS), tokenizer, max_length) for start in starts]
+    return pa.concat_tables(pieces) if pieces else encode_piece(batch, tokenizer, max_length)
+
+
+def encode_piece(batch: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int | None) -> pa.Table:
+    """`encode_pairs` of one piece."""
     dtype = id_type(tokenizer)
-    input_ids, source_lengths = _ids_column(encode_texts(tokenizer, batch.column("source").to_pylist()), dtype)
-    labels, target_lengths = _ids_column(encode_texts(tokenizer, batch.column("target").to_pylist(), True), dtype)
+    input_ids = ids_column(encode_texts(tokenizer, batch.column("source").to_pylist()), dtype)
+    labels = ids_column(encode_texts(tokenizer, batch.column("target").to_pylist(), True), dtype)
+    source_lengths = pc.list_value_length(input_ids).to_numpy()
+    target_lengths = pc.list_value_length(labels).to_numpy()
     length_type = smallest_unsigned(max_length)
     table = pa.table(
         {
@@ -175,7 +184,9 @@ def encode_pairs(batch: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length
         }
     )
     if max_length is not None:
-        table = table.filter(pa.array((source_lengths <= max_length) & (target_lengths <= max_length)))
+        keep = (source_lengths <= max_length) & (target_lengths <= max_length)
+        if not keep.all():  # a filter copies every column
+            table = table.filter(pa.array(keep))
     return table
 
 
@@ -305,7 +316,7 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
                 .map(
                     encode_pairs,
                     batched=True,
-                    batch_size=ENCODE_ROWS,
+                    batch_size=WRITER_BATCH_ROWS,
                     num_proc=workers if workers > 1 else None,
                     remove_columns=dataset.column_names,
                     fn_kwargs={"tokenizer": tokenizer, "max_length": max_length if split == "train" else None},
