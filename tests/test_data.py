@@ -230,3 +230,34 @@ def test_limits_keep_the_first_pairs(tmp_path):
     make_wmt14_like(tmp_path / "wmt14")
     corpus = load_parallel_corpus(tmp_path / "wmt14", "en", "de", config="de-en", max_examples={"train": 2})
     assert corpus["train"]["source"] == expected("train")["source"][:2]
+
+
+# What the loaders refuse, each in one message naming the fix
+
+
+def test_columns_without_the_languages_and_null_rows_are_clear_errors(tmp_path):
+    for split in SPLIT_PAIRS:
+        write_jsonl(tmp_path / "a" / f"{split}.jsonl", [{"text": "x", "label": 1}])
+        write_jsonl(
+            tmp_path / "b" / f"{split}.jsonl", [*translation_rows(split), {"translation": {"en": "x", "de": None}}]
+        )
+    with pytest.raises(
+        ValueError, match=r"no 'translation' column and no 'en'/'de' columns \(columns: \['text', 'label'\]\)"
+    ):
+        load_parallel_corpus(tmp_path / "a", "en", "de")
+    with pytest.raises(ValueError, match=r"translation\.de has 1 empty \(null\) rows; fill or drop them"):
+        load_parallel_corpus(tmp_path / "b", "en", "de")
+
+
+def test_a_repository_without_a_split_names_the_ones_it_has(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", translation_rows("train"))
+    with pytest.raises(
+        ValueError, match=r"has no validation split \(it has \['train'\]\); give one with --validation_file"
+    ):
+        load_parallel_corpus(tmp_path, "en", "de")
+
+
+def test_an_unreachable_hub_id_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="no such local folder, and the Hub dataset could not be loaded"):
+        load_parallel_corpus("no-such-user/no-such-dataset", "en", "de")
