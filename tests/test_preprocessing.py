@@ -57,14 +57,14 @@ def test_a_second_run_opens_the_cache_and_a_change_of_limit_or_data_builds_anoth
 def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer, tmp_path, monkeypatch):
     one = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path / "one", num_workers=1)
     monkeypatch.setattr(preprocessing, "MIN_PAIRS_PER_WORKER", 1000)  # so that 3000 pairs take both workers
-    encode_pairs, pids = preprocessing.encode_pairs, tmp_path / "pids"
+    encode_pairs, pids = preprocessing.PairEncoder.__call__, tmp_path / "pids"
 
     def encode_and_record_the_process(*args, **kwargs):
         with open(pids, "a") as handle:
             handle.write(f"{os.getpid()}\n")
         return encode_pairs(*args, **kwargs)
 
-    monkeypatch.setattr(preprocessing, "encode_pairs", encode_and_record_the_process)
+    monkeypatch.setattr(preprocessing.PairEncoder, "__call__", encode_and_record_the_process)
     two = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path / "two", num_workers=2)
     assert len(set(pids.read_text().split()) - {str(os.getpid())}) == 2, "the training split took two processes"
     assert two.splits["train"].to_dict() == one.splits["train"].to_dict()

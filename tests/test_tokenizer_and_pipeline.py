@@ -12,8 +12,8 @@ from transformers import AutoTokenizer, pipeline
 from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla import pipeline_vanilla as pipeline_module
 from hf_vanilla.data import stream_lines
-from hf_vanilla.tokenization import train_bpe_tokenizer, unknown_token_rate
-from hf_vanilla.training.preprocessing import encode_texts, id_type
+from hf_vanilla.tokenization import WordCachedEncoder, train_bpe_tokenizer, unknown_token_rate
+from hf_vanilla.training.preprocessing import PairEncoder, encode_texts, id_type
 
 from .conftest import EOS, MULTI30K, REMOTE_PIPELINE, REVERSAL_SOURCES, make_model, run_without_hf_vanilla
 
@@ -67,6 +67,81 @@ def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():
     tokenizer = word_level_tokenizer(70_000)
     assert id_type(tokenizer) == np.uint32
     assert encode_texts(tokenizer, ["t4 t69999 t5", "t7"]) == tokenizer(["t4 t69999 t5", "t7"])["input_ids"]
+
+
+TRICKY = ["", "Hallo <s> Welt </s>", "x<pad>y<unk>", "a  b   c\t d", "it's we'll I'd", "10,000 km²", "  ", "\u00a0"]
+TRICKY += ["naïve café 😀 ﷽ \U0001fae8", " leading", "trailing ", "ẞ ٣٤ 𝔘𝔫𝔦", "\u200b\u2028x\r\ny"]
+
+
+def validation_text() -> list[str]:
+    return list(stream_lines(MULTI30K / "val.en.gz")) + list(stream_lines(MULTI30K / "val.de.gz"))
+
+
+def test_the_word_cache_gives_the_tokenizers_own_ids(small_tokenizer):
+    encoder = WordCachedEncoder.for_tokenizer(small_tokenizer)
+    assert encoder is not None, "our own BPE takes the word cache"
+    assert (encoder.prefix, encoder.suffix) == ([], [small_tokenizer.eos_token_id])
+    texts = validation_text() + TRICKY
+    expected = small_tokenizer(texts)["input_ids"]
+    assert encoder(texts) == expected
+    assert encoder(texts) == expected, "again, every word from the cache"
+    assert 0 < len(encoder.word_ids) < sum(map(len, expected)) // 2, "each distinct word is encoded once"
+    bounded = WordCachedEncoder.for_tokenizer(small_tokenizer)
+    bounded.max_cached_words = 50
+    assert bounded(texts) == expected and len(bounded.word_ids) <= 50
+
+
+def test_the_word_cache_adds_what_the_post_processor_adds_and_leaves_added_tokens_to_the_tokenizer(small_tokenizer):
+    from tokenizers import processors
+
+    tokenizer = copy.deepcopy(small_tokenizer)  # RoBERTa's template: <s> before the sentence, </s> after it
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)]
+    )
+    tokenizer.add_tokens(["<sep>", "Hund"])  # matched whole, before the pre-tokenizer splits
+    encoder = WordCachedEncoder.for_tokenizer(tokenizer)
+    assert (encoder.prefix, encoder.suffix) == ([1], [2])
+    texts = ["Ein Hund<sep>läuft.", "Hunde laufen", "A dog runs."] + TRICKY
+    assert encoder(texts) == tokenizer(texts)["input_ids"]
+
+
+@pytest.mark.slow
+def test_the_word_cache_gives_the_tokenizers_own_ids_across_unicode(small_tokenizer):
+    # Each code point after a letter, a digit, a punctuation mark, a space and its like: where Python's `regex` and the
+    # tokenizer's Oniguruma class a character differently (recent Unicode), the sentence goes through the tokenizer.
+    code_points = [*range(0x20, 0x3000), *range(0x3000, 0x10000, 13), *range(0x10000, 0x110000, 97)]
+    characters = [chr(c) for c in code_points if not 0xD800 <= c <= 0xDFFF]
+    encoder = WordCachedEncoder.for_tokenizer(small_tokenizer)
+    for separator in ("", "a", "1", "!", " "):
+        body = "".join(separator + character for character in characters)
+        texts = [body[i : i + 120] for i in range(0, len(body), 120)]
+        assert encoder(texts) == small_tokenizer(texts)["input_ids"], repr(separator)
+    assert not all(encoder.same_split.values()), "the check met characters the two engines class differently"
+
+
+def tokenizers_the_word_cache_cannot_reproduce(tokenizer) -> dict:
+    from tokenizers import normalizers, pre_tokenizers
+
+    variants = {name: copy.deepcopy(tokenizer) for name in ("normalizer", "metaspace", "prefix space", "dropout")}
+    variants["normalizer"].backend_tokenizer.normalizer = normalizers.NFKC()
+    variants["metaspace"].backend_tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    variants["prefix space"].backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    variants["dropout"].backend_tokenizer.model.dropout = 0.5
+    variants["padding"] = copy.deepcopy(tokenizer)
+    variants["padding"].backend_tokenizer.enable_padding(length=40)
+    return variants
+
+
+def test_tokenizers_the_word_cache_cannot_reproduce_go_through_the_tokenizer(small_tokenizer):
+    from benchmarks.synthetic import word_level_tokenizer
+
+    texts = validation_text()[:200] + TRICKY
+    variants = tokenizers_the_word_cache_cannot_reproduce(small_tokenizer)
+    variants["word level"] = word_level_tokenizer(400)
+    for name, tokenizer in variants.items():
+        assert WordCachedEncoder.for_tokenizer(tokenizer) is None, name
+        if name not in ("dropout", "padding"):  # random, or padded by `__call__` but not by `encode_texts`
+            assert PairEncoder(tokenizer, None).encode(texts, False) == tokenizer(texts)["input_ids"], name
 
 
 @pytest.fixture(scope="module")
