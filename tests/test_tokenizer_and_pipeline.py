@@ -195,8 +195,8 @@ def teacher_forced_log_prob(model, source: torch.Tensor, candidate: torch.Tensor
     return logits.log_softmax(-1).gather(-1, tokens[:, None]).sum().item(), length
 
 
-def test_the_length_penalty_divides_by_length_and_reaches_the_pipelines_n_best(reversal_model):
-    model, tokenizer = reversal_model
+def test_the_length_penalty_divides_by_length_and_reaches_the_pipelines_n_best(unsure_reversal_model):
+    model, tokenizer = unsure_reversal_model
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
     texts = [" ".join(f"t{i}" for i in ids) + " </s>" for ids in REVERSAL_SOURCES]
     nbest = {}
