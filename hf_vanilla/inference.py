@@ -12,7 +12,7 @@ from transformers import CompileConfig, GenerationConfig, PreTrainedModel, PreTr
 
 from .library_hooks import compile_on_every_device
 from .packing import pack_by_budget
-from .pipeline_vanilla import EXTRA_TARGET_TOKENS, decoding_budget
+from .pipeline_vanilla import EXTRA_TARGET_TOKENS, decoding_budget, decoding_max_length
 
 
 class GenerateTranslator:
@@ -34,9 +34,9 @@ class GenerateTranslator:
         """For each source (token ids), its `num_return_sequences` candidates; the batch may produce at most
         `length_ratio * longest source + length_offset` new tokens (the paper: source length + 50)."""
         batch = self.tokenizer.pad({"input_ids": sources}, return_tensors="pt").to(self.model.device)
-        budget = decoding_budget(batch["input_ids"].shape[1], self.length_ratio, self.length_offset)
+        max_length = decoding_max_length(batch["input_ids"].shape[1], self.length_ratio, self.length_offset)
         with torch.no_grad():
-            output = self.model.generate(**batch, max_length=1 + budget, **self.generate_kwargs)
+            output = self.model.generate(**batch, max_length=max_length, **self.generate_kwargs)
         texts = self.tokenizer.batch_decode(output, skip_special_tokens=True)
         per_source = len(texts) // len(sources)
         return [texts[i * per_source : (i + 1) * per_source] for i in range(len(sources))]

@@ -34,10 +34,15 @@ CUSTOM_PIPELINES = {
 
 def decoding_budget(source_length: int, ratio: float = 1.0, extra: int = EXTRA_TARGET_TOKENS) -> int:
     """The most new tokens to generate for a source of `source_length` tokens: `ratio * length + extra`, rounded
-    up (the paper: length + 50). The pipeline, `translate_lines` and the training recipe all decode with it, passing
-    `max_length=1 + budget` (the decoder start token, then the budget): `max_new_tokens` beside the generation
-    config's own `max_length` would make `generate()` warn at every call that both were set."""
+    up (the paper: length + 50)."""
     return math.ceil(ratio * source_length + extra)
+
+
+def decoding_max_length(source_length: int, ratio: float = 1.0, extra: int = EXTRA_TARGET_TOKENS) -> int:
+    """`generate()`'s `max_length` for `decoding_budget`: the decoder start token, then the budget. The pipeline,
+    `hf-vanilla translate` and the training recipe all decode with it: `max_new_tokens` beside the generation config's
+    own `max_length` would make `generate()` warn at every call that both were set."""
+    return 1 + decoding_budget(source_length, ratio, extra)
 
 
 def check_tokenizer_matches_model(tokenizer, config) -> None:
@@ -112,7 +117,7 @@ class VanillaTranslationPipeline(Pipeline):
             name in generate_kwargs for name in _LENGTH_ARGUMENTS
         ):
             # hf_vanilla models decode with the paper's budget; any other model as its generation config says.
-            generate_kwargs["max_length"] = 1 + decoding_budget(source_length)
+            generate_kwargs["max_length"] = decoding_max_length(source_length)
         output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
         # [batch * n_best, T] -> [batch, n_best, T], so the pipeline's un-batching keeps each input's n-best together
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}

@@ -10,7 +10,7 @@ from transformers.utils import logging
 
 from hf_vanilla.inference import static_cache_and_compile
 from hf_vanilla.modeling_vanilla import DEFAULT_MAX_LENGTH
-from hf_vanilla.pipeline_vanilla import decoding_budget
+from hf_vanilla.pipeline_vanilla import decoding_max_length
 
 from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
 
@@ -182,7 +182,7 @@ def test_max_new_tokens_wins_over_the_generation_configs_length_and_our_own_deco
         VanillaTranslationPipeline(model=model, tokenizer=small_tokenizer)("A dog runs.", num_beams=1)
         GenerateTranslator(model, small_tokenizer, num_beams=1)([[5, 6, 7, EOS]])
     assert captured.out == ""
-    generated = model.generate(input_ids=source, num_beams=1, max_length=1 + decoding_budget(4))
+    generated = model.generate(input_ids=source, num_beams=1, max_length=decoding_max_length(4))
     assert generated.shape == (1, 1 + 4 + 50)  # the paper's budget: source length + 50 new tokens
 
 

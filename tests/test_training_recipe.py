@@ -90,6 +90,20 @@ def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its
     ), "the workers fetch every row"
 
 
+def test_half_precision_batches_are_padded_to_a_multiple_of_8_positions(tmp_path):
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training.recipe import seq2seq_collator
+
+    model = make_model()
+    tokenizer = word_level_tokenizer(model.config.vocab_size)
+    features = [{"input_ids": [5, 6, 7, 2], "labels": [8, 9, 2]}, {"input_ids": [5] * 10 + [2], "labels": [2]}]
+    for bf16, length in ((False, 11), (True, 16)):
+        args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=bf16, report_to=[])
+        batch = seq2seq_collator(tokenizer, model, args)(features)
+        assert batch["input_ids"].shape == (2, length), bf16
+        assert batch["labels"].shape == batch["decoder_input_ids"].shape == (2, 8 if bf16 else 3), bf16
+
+
 def resumable_run(output_dir: Path, pairs: int = 40, max_tokens: int = 40, **options):
     """A token-budget trainer of a tiny model over `pairs` synthetic pairs, saving every update."""
     from datasets import Dataset

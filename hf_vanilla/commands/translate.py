@@ -122,13 +122,13 @@ def build_translator(args: argparse.Namespace, tokenizer, device: str):
 
 def draw_attention(args: argparse.Namespace, model, tokenizer, sentence: str) -> None:
     """The cross-attention of `sentence`, decoded as the file was, drawn to `--attention-plot`."""
-    from ..pipeline_vanilla import decoding_budget
+    from ..pipeline_vanilla import decoding_max_length
     from ..plotting import plot_cross_attention
 
     options = generation_options(args)
     options.pop("num_return_sequences")
-    budget = decoding_budget(len(tokenizer(sentence)["input_ids"]), args.max_len_a, args.max_len_b)
-    plot_cross_attention(model, tokenizer, sentence, args.attention_plot, max_length=1 + budget, **options)
+    max_length = decoding_max_length(len(tokenizer(sentence)["input_ids"]), args.max_len_a, args.max_len_b)
+    plot_cross_attention(model, tokenizer, sentence, args.attention_plot, max_length=max_length, **options)
     print(f"cross-attention of the first sentence drawn to {args.attention_plot}", file=sys.stderr)
 
 
