@@ -7,9 +7,9 @@
 - `WordCachedEncoder`: the words split by Python's `regex`, each new word through the tokenizer's pieces once.
 
 Each way encodes the same sentences (Multi30k training pairs joined two by two, ~24 words a side, as
-`benchmarks/scale.py` writes its corpora), after one warm-up pass that fills the caches as a long corpus would; the
-best of `--repeats` passes counts, the ways alternating so that a drift of the machine hits each alike. Every way's
-ids are checked against `encode_batch_fast`'s.
+`benchmarks/scale.py` writes its corpora), `ENCODE_ROWS` at a time as a tokenizing worker does, after one warm-up pass
+that fills the caches as a long corpus would and checks every way's ids against `encode_batch_fast`'s; the best of
+`--repeats` passes counts, the ways alternating so that a drift of the machine hits each alike.
 
     python -m benchmarks.tokenize_speed --json docs/results/tokenize-speed-cpu.json
 """
@@ -25,6 +25,7 @@ import numpy as np
 from benchmarks import markdown, record
 from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
 from hf_vanilla.tokenization import WordCachedEncoder, train_bpe_tokenizer
+from hf_vanilla.training.preprocessing import ENCODE_ROWS
 
 
 def joined_pairs(language: str, count: int, seed: int = 0) -> list[str]:
@@ -58,7 +59,7 @@ def ways(tokenizer) -> dict:
     backend = tokenizer.backend_tokenizer
     return {
         "encode_batch_fast": lambda texts: [encoding.ids for encoding in backend.encode_batch_fast(texts)],
-        "pre_tokenize_str alone": lambda texts: [backend.pre_tokenizer.pre_tokenize_str(text) for text in texts],
+        "pre_tokenize_str alone": lambda texts: [len(backend.pre_tokenizer.pre_tokenize_str(text)) for text in texts],
         "word cache behind pre_tokenize_str": pre_tokenizer_word_cache(backend),
         "WordCachedEncoder": WordCachedEncoder.for_tokenizer(tokenizer),
     }
@@ -83,7 +84,8 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, encode in candidates.items():
             start = time.perf_counter()
-            encode(texts)
+            for piece in range(0, len(texts), ENCODE_ROWS):  # as a tokenizing worker does, keeping nothing
+                encode(texts[piece : piece + ENCODE_ROWS])
             best[name] = min(best[name], time.perf_counter() - start)
     library = len(texts) / best["encode_batch_fast"]
     results = [
