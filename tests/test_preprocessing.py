@@ -70,6 +70,17 @@ def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer
     assert two.splits["train"].to_dict() == one.splits["train"].to_dict()
 
 
+def test_the_cache_is_opened_not_rewritten_under_disable_caching(corpus, small_tokenizer, tmp_path):
+    first = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    files = {path.name: path.stat().st_ino for path in first.path.glob("*.arrow")}
+    datasets.disable_caching()  # what a user's script may have done: it is about datasets' own transforms
+    try:
+        again = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    finally:
+        datasets.enable_caching()
+    assert not again.built and {path.name: path.stat().st_ino for path in again.path.glob("*.arrow")} == files
+
+
 def test_the_tokenized_files_hold_record_batches_of_the_intended_size(corpus, small_tokenizer, tmp_path, monkeypatch):
     import pyarrow as pa
 

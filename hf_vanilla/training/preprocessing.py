@@ -329,6 +329,9 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
                     remove_columns=dataset.column_names,
                     cache_file_name=str(folder / f"{split}.arrow"),
                     new_fingerprint=cache_key(key=key, split=split),
+                    # Our entry, keyed, checked against its manifest and built under its lock, is opened even under
+                    # `datasets.disable_caching()`: else each process would rewrite files the others have mapped.
+                    load_from_cache_file=True,
                     writer_batch_size=WRITER_BATCH_ROWS,
                     desc=f"tokenizing {split}",
                 )
