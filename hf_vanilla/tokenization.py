@@ -4,9 +4,9 @@ Byte-level BPE: every string is representable (no unknown tokens) and decoding g
 nothing is normalised away. `</s>` is appended to every sequence, sources and targets alike (`text_target=`).
 """
 
+import re
 from collections.abc import Iterable
 
-import regex
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -50,9 +50,11 @@ def unknown_token_rate(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str])
     return unknown / max(total, 1)
 
 
-# The pattern that `pre_tokenizers.ByteLevel(use_regex=True)` splits words with (GPT-2's; tokenizers' byte_level.rs),
-# written for Python's `regex`.
-BYTE_LEVEL_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# The pattern that `pre_tokenizers.ByteLevel(use_regex=True)` splits words with (GPT-2's, in tokenizers' byte_level.rs:
+# 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+), in the classes of Python's `re`:
+# letters [^\W\d_], numbers \d, other [^\s\w] and _, space \s. Where a character's class differs between the two,
+# `WordCachedEncoder.splits_the_same` finds it.
+BYTE_LEVEL_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
 
 
 class WordCachedEncoder:
@@ -60,26 +62,28 @@ class WordCachedEncoder:
     binarizer and fastBPE look words up: for tokenizing a whole corpus with a byte-level BPE (`train_bpe_tokenizer`'s,
     GPT-2's, RoBERTa's), whose merges never cross the pre-tokenizer's words.
 
-    Why not the library alone: on one core, `encode_batch_fast` makes ~30k sentences/s, and the tokenizer's own
-    pre-tokenizer (`pre_tokenize_str`) alone is no faster, so a word cache behind it gains nothing; Python's `regex`
-    splits ~4x faster (`benchmarks/tokenize_speed.py`, docs/results/tokenize-speed-cpu.json). So the words come from
-    `BYTE_LEVEL_WORDS` run by `regex`, and everything else from the tokenizer's public pieces: a new word goes through
-    `pre_tokenizer.pre_tokenize_str` (its byte-level form) and `model.tokenize` (its ids), and the special tokens the
-    post-processor adds around a sentence are read off its output for an empty and a probe sentence.
+    Why not the library alone: on one core, `encode_batch_fast` makes ~24k sentences/s, and the tokenizer's own
+    pre-tokenizer (`pre_tokenize_str`) alone ~36k, so a word cache behind it gains little (~28k); splitting with
+    Python's own regular expressions is what pays (`benchmarks/tokenize_speed.py`,
+    docs/results/tokenize-speed-cpu.json). So the words come from `BYTE_LEVEL_WORDS` run by `re`, and everything else
+    from the tokenizer's public pieces: a new word goes through `pre_tokenizer.pre_tokenize_str` (its byte-level form)
+    and `model.tokenize` (its ids), and the special tokens the post-processor adds around a sentence are read off its
+    output for an empty and a probe sentence.
 
-    `regex` and the tokenizer's Oniguruma agree on every character both know, but their Unicode tables differ for
-    characters assigned recently, so each new character is first checked to split the same way in both after a
-    letter, a digit and a punctuation mark (the classes the pattern tells apart); a sentence with a character that
-    does not, or with an added token's text (which the tokenizer matches whole, before splitting), goes through
-    `encode_batch_fast` itself. `for_tokenizer` gives None for every tokenizer it cannot reproduce (a normalizer,
-    another pre-tokenizer or model, BPE dropout, padding or truncation set). Ids identical to the tokenizer's:
-    `tests/test_tokenizer_and_pipeline.py`, on real text, across Unicode and on tricky strings."""
+    `re` classes a character as a letter, a number, a space or other by Python's Unicode tables, the tokenizer's
+    Oniguruma by its own, and they differ on some characters (`_`, `²`, recent assignments), so each new character is
+    first checked to split at the same places in both after a letter, a digit and a punctuation mark; a sentence with
+    a character that does not, or with an added token's text (which the tokenizer matches whole, before splitting),
+    goes through `encode_batch_fast` itself. `for_tokenizer` gives None for every tokenizer it cannot reproduce (a
+    normalizer, another pre-tokenizer or model, BPE dropout, padding or truncation set). Ids identical to the
+    tokenizer's: `tests/test_tokenizer_and_pipeline.py`, on real text, across Unicode and on tricky strings."""
 
     def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_words: int = 500_000):
         self.backend, self.prefix, self.suffix, self.max_cached_words = backend, prefix, suffix, max_cached_words
-        self.split_words = regex.compile(BYTE_LEVEL_WORDS).findall
+        self.words = re.compile(BYTE_LEVEL_WORDS)
+        self.split_words = self.words.findall
         added = sorted((token.content for token in backend.get_added_tokens_decoder().values()), key=len, reverse=True)
-        self.added_text = regex.compile("|".join(map(regex.escape, added))).search if added else None
+        self.added_text = re.compile("|".join(map(re.escape, added))).search if added else None
         self.word_ids: dict[str, tuple[int, ...] | None] = {}  # None: a word the two engines split differently
         self.same_split: dict[str, bool] = {}
 
@@ -151,13 +155,14 @@ class WordCachedEncoder:
         return tuple(token.id for token in self.backend.model.tokenize(pieces[0][0]))
 
     def splits_the_same(self, character: str) -> bool:
-        """Whether both engines split `character` from a letter, a digit and a punctuation mark before it alike: the
-        pattern treats a character only by its class (letter, number, space, other)."""
+        """Whether both patterns split `character` from a letter, a digit and a punctuation mark before it at the same
+        places: each treats a character only by its class (letter, number, space, other)."""
         same = self.same_split.get(character)
         if same is None:
             probes = (f"a{character}", f"1{character}", f"!{character}")
             same = self.same_split[character] = all(
-                len(self.backend.pre_tokenizer.pre_tokenize_str(probe)) == len(self.split_words(probe))
+                [offsets for _, offsets in self.backend.pre_tokenizer.pre_tokenize_str(probe)]
+                == [match.span() for match in self.words.finditer(probe)]
                 for probe in probes
             )
         return same

@@ -71,6 +71,7 @@ def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():
 
 TRICKY = ["", "Hallo <s> Welt </s>", "x<pad>y<unk>", "a  b   c\t d", "it's we'll I'd", "10,000 km²", "  ", "\u00a0"]
 TRICKY += ["naïve café 😀 ﷽ \U0001fae8", " leading", "trailing ", "ẞ ٣٤ 𝔘𝔫𝔦", "\u200b\u2028x\r\ny"]
+TRICKY += ["snake_case __init__ ½\x1c"]
 
 
 def validation_text() -> list[str]:
