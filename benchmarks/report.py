@@ -39,7 +39,7 @@ def provenance(document: dict, name: str) -> str:
     )
 
 
-EXTRA_MACHINE = ("native_bf16",)
+EXTRA_MACHINE = ("native_bf16", "sentences")
 
 
 def _seconds(run: dict | None, stage: str | None = None) -> str:
@@ -96,8 +96,8 @@ def git_order(first: str, second: str) -> int:
 
 
 def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m.json") -> str:
-    """Issue 25's goals on the scale benchmark (`name` and the largest corpus's `large`), each with the figures that
-    meet or miss it: the newest commit measured against the earlier one of the same run."""
+    """The goals on the scale benchmark (`name` and the largest corpus's `large`), each with the figures that meet or
+    miss it: the newest commit measured against the oldest of the same run."""
     by_age = functools.cmp_to_key(git_order)
     results, large_results = load(name)["results"], load(large)["results"]
     newest, *earlier = sorted({r["commit"] for r in results}, key=by_age, reverse=True)
@@ -117,7 +117,7 @@ def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m
             lines.append(
                 f"- cold start to the first update at 4.5M pairs, {processes} process(es): "
                 f"{ours['cold']['wall_to_first_update_s']:.1f} s, {ratio:.2f}x {baseline[:7]}'s "
-                f"{theirs['cold']['wall_to_first_update_s']:.1f} s (goals: at most 2x, at most 360 s);"
+                f"{theirs['cold']['wall_to_first_update_s']:.1f} s (goals: at most 1x, at most 360 s);"
             )
         if ours and "restart" in ours:
             lines.append(
@@ -141,7 +141,8 @@ def render_scale_goals(name: str = "scale-cpu.json", large: str = "scale-cpu-36m
             lines.append(
                 f"- the cold start at {r['pairs'] / 1e6:g}M pairs inside one {limit['limit_gib']:g} GiB cgroup (the "
                 f"training process and its tokenizing workers, page cache counted): peak use {limit['max_usage_mib']} "
-                f"MiB, {limit['oom_kills']} OOM kills, {_seconds(r['cold'])} to the first update ({r['commit'][:7]})."
+                f"MiB, {limit['oom_kills']} OOM kills, {_seconds(r['cold'])} to the first update (goal: at most "
+                f"600 s; {r['commit'][:7]})."
             )
     return "\n".join(lines) + "\n"
 
@@ -272,6 +273,17 @@ def render_translate_memory(name: str = "translate-memory-cpu.json") -> str:
     return table + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_tokenize_speed(name: str = "tokenize-speed-cpu.json") -> str:
+    """Sentences tokenized per second on one core, by each way there is, against `encode_batch_fast`."""
+    document = load(name)
+    rows = [
+        [r["way"], f"{r['sentences_per_s'] / 1000:.1f}k", f"{r['vs_encode_batch_fast']:.2f}x"]
+        for r in document["results"]
+    ]
+    table = markdown(["way (one core)", "sentences/s", "vs encode_batch_fast"], rows)
+    return table + "\n\n" + provenance(document, name) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "bf16": render_bf16,
     "engines": render_engines,
@@ -283,6 +295,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale": render_scale,
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-goals": render_scale_goals,
+    "tokenize-speed": render_tokenize_speed,
 }
 
 

@@ -65,6 +65,8 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> None:
 def _status(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as handle:
         fields = dict(line.split(":", 1) for line in handle)
+    if "VmHWM" not in fields:  # a process that has exited and not been reaped yet has no memory left to report
+        raise ProcessLookupError(pid)
     return {name: int(fields[name].split()[0]) * 1024 for name in ("VmHWM", "RssAnon", "RssFile")}
 
 
