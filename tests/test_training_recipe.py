@@ -1,5 +1,6 @@
 """The pieces the training recipe adds to Seq2SeqTrainer, each against an independent truth."""
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,9 @@ def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its
         dataloader_prefetch_factor=5,
         dataloader_pin_memory=False,
         dataloader_in_order=False,
+        # Workers started fresh rather than forked: forked from the full suite's process, with every native runtime
+        # the tests before it loaded, this test ended in SIGSEGV here (Intel Xeon; alone it passed).
+        dataloader_multiprocessing_context="spawn",
         seed=11,
     )
     trainer = TokenBudgetSeq2SeqTrainer(model=make_model(), args=args, train_dataset=dataset, max_tokens=16)
@@ -88,6 +92,8 @@ def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its
     assert sorted(i for batch in ours for i in batch["input_ids"].flatten().tolist() if i > 2) == sorted(
         i for row in rows for i in row if i > 2
     ), "the workers fetch every row"
+    del ours, library
+    gc.collect()  # the persistent workers end here, not in whichever test next collects garbage
 
 
 def test_half_precision_batches_are_padded_to_a_multiple_of_8_positions(tmp_path):
