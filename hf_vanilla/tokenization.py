@@ -50,6 +50,17 @@ def unknown_token_rate(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str])
     return unknown / max(total, 1)
 
 
+def plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer | None:
+    """The Rust tokenizer behind `tokenizer` where `tokenizer(texts)` gives exactly its ids: a plain
+    `PreTrainedTokenizerFast` (ours; it has no target mode) with neither padding nor truncation left set on it (a
+    `__call__` with `padding="max_length"` leaves both, and its own calls reset them). None for other classes, which
+    may switch vocabulary or language codes for targets."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if type(tokenizer) is PreTrainedTokenizerFast and backend.padding is None and backend.truncation is None:
+        return backend
+    return None
+
+
 # The pattern that `pre_tokenizers.ByteLevel(use_regex=True)` splits words with (GPT-2's, in tokenizers' byte_level.rs:
 # 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+), in the classes of Python's `re`:
 # letters [^\W\d_], numbers \d, other [^\s\w] and _, space \s. Where a character's class differs between the two,
@@ -91,9 +102,9 @@ class WordCachedEncoder:
     def for_tokenizer(cls, tokenizer: PreTrainedTokenizerBase) -> "WordCachedEncoder | None":
         """An encoder giving `tokenizer(texts)["input_ids"]`, or None where `tokenizer` is not a byte-level BPE this
         class reproduces."""
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if type(tokenizer) is not PreTrainedTokenizerFast or backend.padding or backend.truncation:
-            return None  # other classes may switch vocabulary for targets; padding and truncation change the ids
+        backend = plain_backend(tokenizer)
+        if backend is None:
+            return None
         pre_tokenizer, model = backend.pre_tokenizer, backend.model
         byte_level_words = (
             backend.normalizer is None

@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from filelock import FileLock, Timeout
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..data import cache_key, datasets_cache_dir, file_stamp
-from ..tokenization import WordCachedEncoder, train_bpe_tokenizer
+from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer
 
 
 logger = logging.getLogger(__name__)
@@ -142,12 +142,10 @@ def id_type(tokenizer: PreTrainedTokenizerBase) -> np.dtype:
 
 def encode_texts(tokenizer: PreTrainedTokenizerBase, texts: list[str], as_target: bool = False) -> list[list[int]]:
     """Token ids of `texts`, special tokens added, as `tokenizer(texts)` (`text_target=` with `as_target`) gives them.
-    A plain `PreTrainedTokenizerFast` (ours) has no target mode and goes straight to the Rust tokenizer's
-    `encode_batch_fast`, which skips the character offsets a corpus never needs, unless an earlier call left padding or
-    truncation set on it (a `__call__` with `padding="max_length"` does, and its own calls reset them); tokenizers of
-    other classes (which may switch vocabulary or language codes for targets) go through their own `__call__`."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if type(tokenizer) is PreTrainedTokenizerFast and backend.padding is None and backend.truncation is None:
+    Where that is the Rust tokenizer's own (`plain_backend`), straight through its `encode_batch_fast`, which skips the
+    character offsets a corpus never needs; other tokenizers through their own `__call__`."""
+    backend = plain_backend(tokenizer)
+    if backend is not None:
         return [encoding.ids for encoding in backend.encode_batch_fast(texts)]
     encoded = tokenizer(text_target=texts) if as_target else tokenizer(texts)
     return encoded["input_ids"]
@@ -160,12 +158,14 @@ def ids_column(sequences: list[list[int]], dtype: np.dtype) -> pa.ListArray:
 
 class PairEncoder:
     """`Dataset.map`'s function over a batch of pairs: their token ids and lengths, without the pairs longer than
-    `max_length` tokens (if given). Our byte-level BPE goes through a `WordCachedEncoder` (~4x the tokenizer's own
-    speed, kept per worker process: each gets a copy), any other tokenizer through `encode_texts`."""
+    `max_length` tokens (if given). Our byte-level BPE goes through a `WordCachedEncoder` (4.9x `encode_batch_fast` on
+    one core, docs/results/tokenize-speed-cpu.json; each worker process gets its own copy, and its own cache), any
+    other tokenizer through `encode_texts`."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None):
-        self.tokenizer, self.max_length, self.dtype = tokenizer, max_length, id_type(tokenizer)
-        self.words = WordCachedEncoder.for_tokenizer(tokenizer)
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.id_type, self.length_type = id_type(tokenizer), smallest_unsigned(max_length)
+        self.word_cache = WordCachedEncoder.for_tokenizer(tokenizer)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Encoded `ENCODE_ROWS` pairs at a time (what the per-sentence Python objects cost stays small) and returned
@@ -175,20 +175,21 @@ class PairEncoder:
         return pa.concat_tables(pieces) if pieces else self.encode_piece(batch)
 
     def encode(self, texts: list[str], as_target: bool) -> list[list[int]]:
-        return encode_texts(self.tokenizer, texts, as_target) if self.words is None else self.words(texts)
+        if self.word_cache is None:
+            return encode_texts(self.tokenizer, texts, as_target)
+        return self.word_cache(texts)
 
     def encode_piece(self, batch: pa.Table) -> pa.Table:
-        input_ids = ids_column(self.encode(batch.column("source").to_pylist(), False), self.dtype)
-        labels = ids_column(self.encode(batch.column("target").to_pylist(), True), self.dtype)
+        input_ids = ids_column(self.encode(batch.column("source").to_pylist(), False), self.id_type)
+        labels = ids_column(self.encode(batch.column("target").to_pylist(), True), self.id_type)
         source_lengths = pc.list_value_length(input_ids).to_numpy()
         target_lengths = pc.list_value_length(labels).to_numpy()
-        length_type = smallest_unsigned(self.max_length)
         table = pa.table(
             {
                 "input_ids": input_ids,
                 "labels": labels,
-                "source_length": pa.array(source_lengths.astype(length_type)),
-                "target_length": pa.array(target_lengths.astype(length_type)),
+                "source_length": pa.array(source_lengths.astype(self.length_type)),
+                "target_length": pa.array(target_lengths.astype(self.length_type)),
             }
         )
         if self.max_length is not None:
