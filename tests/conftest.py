@@ -128,7 +128,9 @@ def train_reversal_model(annealed: bool):
     rate, steps = (3e-3 if annealed else 2e-3), 1200
     optimizer = torch.optim.Adam(model.parameters(), lr=rate, betas=(0.9, 0.98), eps=1e-9)
     # (OneCycleLR sets the optimizer's rate as it is built: only the annealed run may build it.)
-    schedule = annealed and torch.optim.lr_scheduler.OneCycleLR(optimizer, rate, total_steps=steps, pct_start=0.1)
+    schedule = (
+        torch.optim.lr_scheduler.OneCycleLR(optimizer, rate, total_steps=steps, pct_start=0.1) if annealed else None
+    )
     generator = torch.Generator().manual_seed(0)
     for _ in range(steps):
         lengths = torch.randint(1 if annealed else 2, 8, (32,), generator=generator)
@@ -144,7 +146,7 @@ def train_reversal_model(annealed: bool):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if schedule:
+        if schedule is not None:
             schedule.step()
     return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
 
