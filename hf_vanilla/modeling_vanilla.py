@@ -10,7 +10,10 @@ This file is copied next to the weights for `trust_remote_code=True`, so it impo
 """
 
 import dataclasses
+import functools
+import inspect
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -30,6 +33,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -56,12 +60,20 @@ PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6}
 DEFAULT_MAX_LENGTH = 512
 
 # transformers 5.24 renamed the cache that `generate()` hands every forward, and the output field that returns it,
-# from `past_key_values` to `cache`; 5.23 uses the old name. The installed library's output classes say which is
-# current: our outputs use that field, and our forwards take the cache under either name.
+# from `past_key_values` to `cache`; 5.23 and earlier use the old name. The installed library's output classes say
+# which is current: our outputs use that field, and our forwards take the cache under either name.
 CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+# `create_causal_mask` took the cache as `past_key_values` (keyword-only on 5.5-5.8, fourth positional on 5.10-5.23)
+# and takes it as `cache` from 5.24: it is passed by the name the installed function declares.
+MASK_CACHE_PARAMETER = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 # The keyword arguments a forward takes through `**kwargs`: the library's typed ones.
 LIBRARY_KWARGS = TransformersKwargs.__required_keys__ | TransformersKwargs.__optional_keys__
+
+# A keyword whose name says it carries a cache (`cache`, `past_key_values`, `kv_cache`, `layer_past`, ...).
+# `cache_position`, which some releases still pass, names positions, and our positions come from the cache itself.
+CACHE_LIKE_NAME = re.compile(r"(cache|past_key_values|past)$")
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -74,25 +86,51 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier releases)."""
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the cache once: as `cache` (transformers >= 5.24) or `past_key_values`, not both.")
-    return cache if cache is not None else past_key_values
+def take_past_key_values_as_cache(forward: Callable) -> Callable:
+    """A forward taking `cache` also takes it as `past_key_values`, silently: the current name on releases before
+    transformers 5.24, which pass it so."""
+
+    @functools.wraps(forward)
+    def forward_taking_either_name(*args, **kwargs):
+        if "past_key_values" in kwargs:
+            if kwargs.get("cache") is not None:
+                raise ValueError("Pass the cache once: as `cache` or as `past_key_values`, not both.")
+            kwargs["cache"] = kwargs.pop("past_key_values")
+        return forward(*args, **kwargs)
+
+    return forward_taking_either_name
 
 
-def check_forward_kwargs(kwargs: dict, forward: Callable) -> None:
-    """Refuse a keyword argument that nothing in `forward` reads. `**kwargs` would swallow it: a caller's typo, or a
-    transformers release that renames an argument, as 5.24 renamed the cache, which then decodes without its cache
-    and still returns plausible text."""
+# Each release's own convention for the old name: from 5.24 the library's deprecation warning, as its models give
+# (`@deprecate_kwarg` on Marian's forwards); before it, the current name, taken silently.
+accepts_past_key_values = (
+    deprecate_kwarg("past_key_values", "5.40.0", new_name="cache", raise_if_both_names=True)
+    if CACHE_FIELD == "cache"
+    else take_past_key_values_as_cache
+)
+
+
+def known_kwargs(kwargs: dict, forward: Callable) -> dict:
+    """The keyword arguments `forward` reads through `**kwargs`, the library's typed ones.
+
+    A cache under any other name is an error: the model would decode without it and still return plausible text (a
+    release that renames the cache again, a caller's typo). Any other unknown keyword is logged once and dropped, so
+    that a model published today keeps working when a later transformers release passes one more argument."""
     unknown = sorted(set(kwargs) - LIBRARY_KWARGS)
-    if unknown:
+    caches = [name for name in unknown if isinstance(kwargs[name], Cache) or CACHE_LIKE_NAME.search(name)]
+    if caches:
         raise TypeError(
-            f"{forward.__qualname__}() got unexpected keyword arguments {unknown}: it reads its named parameters and "
-            f"transformers' `TransformersKwargs` ({', '.join(sorted(LIBRARY_KWARGS))}). If transformers passed them, "
-            "this release of hf_vanilla predates that transformers release: upgrade hf_vanilla, or install a "
-            "transformers it was tested with (`hf-vanilla env` lists them)."
+            f"{forward.__qualname__}() got a cache under a name it does not read: {caches}. It reads the cache as "
+            "`cache` (or `past_key_values`). If transformers passed it, this model's code predates that transformers "
+            "release: upgrade hf_vanilla, or install a transformers it was tested with (`hf-vanilla env`, the model "
+            "card)."
         )
+    if unknown:
+        logger.warning_once(
+            f"{forward.__qualname__}() ignores the keyword arguments {unknown}, which this model's code does not read "
+            "(a transformers release newer than the model's code may pass them)."
+        )
+    return {name: value for name, value in kwargs.items() if name not in unknown}
 
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str, check_values: bool = True) -> None:
@@ -631,6 +669,7 @@ class VanillaDecoder(VanillaStack):
 
     @merge_with_config_defaults
     @capture_outputs
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -640,15 +679,13 @@ class VanillaDecoder(VanillaStack):
         cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """input_ids [B, T] attend causally to themselves and to encoder_hidden_states [B, S, d]; with `cache` (or,
         as transformers < 5.24 names it, `past_key_values`), input_ids are only the new ones."""
-        check_forward_kwargs(kwargs, VanillaDecoder.forward)
+        kwargs = known_kwargs(kwargs, VanillaDecoder.forward)
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends over the source: pass `encoder_hidden_states` [batch, src_len, d].")
-        cache = cache_argument(cache, past_key_values)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -661,10 +698,12 @@ class VanillaDecoder(VanillaStack):
             total_length = int(past_length) + new_length  # a static cache's length is a tensor
             check_attention_mask(attention_mask, (batch_size, total_length), "decoder_attention_mask")
 
-        # The mask builders read only the shape, dtype and device of `inputs_embeds`. The cache goes in fourth place,
-        # whose name is `past_key_values` up to transformers 5.23 and `cache` from 5.24.
+        # The mask builders read only the shape, dtype and device of `inputs_embeds`.
         causal_mask = create_causal_mask(
-            self.config, hidden_states, attention_mask, cache.self_attention_cache if cache is not None else None
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            **{MASK_CACHE_PARAMETER: cache.self_attention_cache if cache is not None else None},
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -709,6 +748,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             self.decoder.embed_tokens = value
 
     @can_return_tuple
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -720,7 +760,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
@@ -733,7 +772,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         cache (`EncoderDecoderCache`): the keys and values of the earlier decoder steps, which the output returns
             updated; `past_key_values` is the same, under the name transformers < 5.24 gives it.
         """
-        check_forward_kwargs(kwargs, VanillaTransformerModel.forward)
+        kwargs = known_kwargs(kwargs, VanillaTransformerModel.forward)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -749,7 +788,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            cache=cache_argument(cache, past_key_values),
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
@@ -892,6 +931,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -904,7 +944,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -930,7 +969,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r}.")
         if loss_chunk_size is not None and (isinstance(loss_chunk_size, bool) or loss_chunk_size <= 0):
             raise ValueError(f"`loss_chunk_size` must be a positive integer or None, got {loss_chunk_size!r}.")
-        check_forward_kwargs(kwargs, VanillaTransformerForConditionalGeneration.forward)
+        kwargs = known_kwargs(kwargs, VanillaTransformerForConditionalGeneration.forward)
         if labels is not None:
             check_labels(labels, self.config.decoder_vocab_size, check_values=not self.training)
             use_cache = False
@@ -943,7 +982,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            cache=cache_argument(cache, past_key_values),
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

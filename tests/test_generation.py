@@ -1,5 +1,6 @@
 """The KV cache changes speed, never results: cached == uncached, static == dynamic, steps == one forward."""
 
+import logging as std_logging
 import sys
 
 import pytest
@@ -240,6 +241,10 @@ def test_generate_feeds_the_decoder_one_new_token_a_step_through_its_cache(model
 
 
 def test_the_cache_goes_in_under_either_name_and_comes_out_under_the_librarys(model, inputs):
+    """The old name, as each release's own models take it: with the library's deprecation warning where the
+    installed release names the cache `cache` (5.24's `@deprecate_kwarg` on Marian's forwards), silently before."""
+    import warnings
+
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
     from hf_vanilla.modeling_vanilla import CACHE_FIELD
@@ -250,36 +255,69 @@ def test_the_cache_goes_in_under_either_name_and_comes_out_under_the_librarys(mo
         results = []
         for name in ("cache", "past_key_values"):
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-            first = model(**inputs, decoder_input_ids=decoder_input_ids[:, :2], **{name: cache}, use_cache=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                first = model(**inputs, decoder_input_ids=decoder_input_ids[:, :2], **{name: cache}, use_cache=True)
+            deprecations = [w for w in caught if "`past_key_values` is deprecated" in str(w.message)]
+            assert [w.category for w in deprecations] == [FutureWarning] * (
+                name == "past_key_values" and CACHE_FIELD == "cache"
+            )
             assert getattr(first, CACHE_FIELD) is cache and cache.get_seq_length() == 2
-            results.append(model(**inputs, decoder_input_ids=decoder_input_ids[:, 2:], **{name: cache}).logits)
-        with pytest.raises(ValueError, match="Pass the cache once"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                results.append(model(**inputs, decoder_input_ids=decoder_input_ids[:, 2:], **{name: cache}).logits)
+        with pytest.raises(ValueError, match="`past_key_values` and `cache`|Pass the cache once"):
             model(**inputs, decoder_input_ids=decoder_input_ids, cache=cache, past_key_values=cache)
     assert torch.equal(results[0], results[1])
     torch.testing.assert_close(results[0], full[:, 2:], atol=1e-5, rtol=1e-5)
 
 
-def test_a_cache_under_a_name_the_model_does_not_read_stops_generation_with_the_name(model, inputs, monkeypatch):
-    """A future release that renames the cache again (simulated here: `generate()` passes it as `kv_cache`)
-    gets an error naming the argument, not a model that decodes without its cache."""
+def generate_under_a_future_release(model, inputs, monkeypatch, change_model_inputs):
+    """Greedy tokens when `generate()` hands the forward what `change_model_inputs` makes of the inputs the installed
+    release prepares for each step: a simulated later transformers release."""
     from transformers import GenerationMixin
 
     library_prepare = GenerationMixin.prepare_inputs_for_generation
 
-    def renamed(self, *args, **kwargs):
+    def prepare(self, *args, **kwargs):
         model_inputs = library_prepare(self, *args, **kwargs)
+        change_model_inputs(model_inputs)
+        return model_inputs
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GenerationMixin, "prepare_inputs_for_generation", prepare)
+        return generate(model, inputs, **GREEDY)
+
+
+def test_a_cache_under_a_name_the_model_does_not_read_stops_generation_with_the_name(model, inputs, monkeypatch):
+    """A future release that renames the cache again (simulated here: `generate()` passes it as `kv_cache`)
+    gets an error naming the argument, not a model that decodes without its cache."""
+
+    def rename_the_cache(model_inputs):
         for old in ("cache", "past_key_values"):
             if old in model_inputs:
                 model_inputs["kv_cache"] = model_inputs.pop(old)
-        return model_inputs
 
-    monkeypatch.setattr(GenerationMixin, "prepare_inputs_for_generation", renamed)
-    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['kv_cache'\].*hf-vanilla env"):
-        generate(model, inputs, **GREEDY)
-    with pytest.raises(
-        TypeError, match=r"VanillaTransformerModel.forward\(\) got unexpected keyword arguments \['tpyo'\]"
-    ):
-        model.model(**inputs, decoder_input_ids=torch.tensor([[BOS]] * 2), tpyo=1)
+    with pytest.raises(TypeError, match=r"a cache under a name it does not read: \['kv_cache'\].*hf-vanilla env"):
+        generate_under_a_future_release(model, inputs, monkeypatch, rename_the_cache)
+    with pytest.raises(TypeError, match=r"VanillaTransformerModel.forward\(\) got a cache .*\['layer_past'\]"):
+        model.model(**inputs, decoder_input_ids=torch.tensor([[BOS]] * 3), layer_past=None)
+
+
+def test_a_keyword_a_later_release_adds_is_ignored_once_with_a_warning(model, inputs, monkeypatch):
+    """Published remote code cannot be updated: a harmless argument that a later release passes (simulated here:
+    `generate()` adds `future_option`, and `cache_position`, which some releases pass) still translates, the same
+    tokens, and is named once in transformers' log."""
+    expected = generate(model, inputs, **GREEDY)
+
+    def add_arguments(model_inputs):
+        model_inputs.update(future_option=True, cache_position=torch.arange(1))
+
+    std_logging.Logger.warning_once.cache_clear()  # transformers' once-only log: once in this test
+    with CaptureLogger(logging.get_logger("hf_vanilla.modeling_vanilla")) as captured:
+        tokens = generate_under_a_future_release(model, inputs, monkeypatch, add_arguments)
+    assert torch.equal(tokens, expected)
+    assert captured.out.count("ignores the keyword arguments ['cache_position', 'future_option']") == 1
 
 
 @pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])
