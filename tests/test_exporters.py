@@ -201,3 +201,18 @@ def test_missing_optional_dependencies_name_the_extra(reversal_model, tmp_path, 
     with pytest.raises(ImportError, match=r"onnxscript: pip install 'hf-vanilla\[export\]'"):
         export_model(model, tokenizer, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_export_refuses_a_release_that_names_the_cache_otherwise(exported, tmp_path):
+    """The graphs' cache inputs carry the name the capturing release gave the cache (5.24 renamed it): the manifest
+    records it, and a release with the other name is refused before it could feed the graphs without their cache."""
+    import shutil
+
+    manifest = json.loads((exported / MANIFEST).read_text())
+    assert manifest["cache_name"] == CACHE_FIELD
+    other = tmp_path / "export"
+    shutil.copytree(exported, other)
+    other_name = "past_key_values" if CACHE_FIELD == "cache" else "cache"
+    (other / MANIFEST).write_text(json.dumps({**manifest, "cache_name": other_name}))
+    with pytest.raises(ValueError, match=f"names the cache `{other_name}`.*installed one names it `{CACHE_FIELD}`"):
+        ExportedVanillaForConditionalGeneration.from_pretrained(other)

@@ -47,10 +47,10 @@ from ..configuration_vanilla import VanillaTransformerConfig
 from ..modeling_vanilla import (
     CACHE_FIELD,
     VanillaTransformerForConditionalGeneration,
-    cache_argument,
+    accepts_past_key_values,
     check_attention_mask,
-    check_forward_kwargs,
     check_token_ids,
+    known_kwargs,
 )
 from .positions import position_limit
 
@@ -159,7 +159,8 @@ def export_model(
     model.generation_config.save_pretrained(output_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(output_dir)
-    (output_dir / MANIFEST).write_text(json.dumps({"backend": backend}) + "\n")
+    # The graphs take the cache under the name `generate()` gave it during the capture: the installed release's.
+    (output_dir / MANIFEST).write_text(json.dumps({"backend": backend, "cache_name": CACHE_FIELD}) + "\n")
     return output_dir
 
 
@@ -195,6 +196,17 @@ class ExportedEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=outputs.last_hidden_state)
 
 
+def check_cache_name(captured: str, folder: Path) -> None:
+    """An export's graphs name their cache inputs as the transformers release that captured them did (`cache` from
+    5.24, `past_key_values` before); under a release with the other name, they would not be fed their cache."""
+    if captured != CACHE_FIELD:
+        raise ValueError(
+            f"{folder} was exported under a transformers release that names the cache `{captured}`, and the installed "
+            f"one names it `{CACHE_FIELD}`: export the model again under this release (`hf-vanilla export`), or run "
+            f"the export with transformers {'< 5.24' if captured == 'past_key_values' else '>= 5.24'}."
+        )
+
+
 class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
     """The graphs of an `export_model` folder, run by the library's runners behind the model interface that
     `generate()` drives."""
@@ -220,7 +232,9 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
                 f"{folder} is not a complete export (no {MANIFEST}): write it with `hf-vanilla export onnx MODEL "
                 f"{folder}` (or `export openvino`)."
             )
-        backend = json.loads((folder / MANIFEST).read_text())["backend"]
+        manifest = json.loads((folder / MANIFEST).read_text())
+        backend = manifest["backend"]
+        check_cache_name(manifest.get("cache_name", CACHE_FIELD), folder)
         require(backend, BACKENDS[backend][3])
         if backend == "onnx" and "session_options" not in runner_kwargs:
             import onnxruntime
@@ -259,6 +273,7 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
         return self.encoder
 
     @can_return_tuple
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -270,12 +285,11 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         labels: torch.LongTensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Logits for `decoder_input_ids` (only the new ones when `cache`, or `past_key_values` as transformers
         < 5.24 names it, holds the earlier ones)."""
-        check_forward_kwargs(kwargs, ExportedVanillaForConditionalGeneration.forward)
+        known_kwargs(kwargs, ExportedVanillaForConditionalGeneration.forward)
         refuse_extra_outputs(output_attentions, output_hidden_states)
         if labels is not None:
             raise ValueError("The export computes logits only; compute the loss with the PyTorch model.")
@@ -288,7 +302,6 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
         encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
         if attention_mask is None:
             attention_mask = torch.ones(encoder_outputs.last_hidden_state.shape[:2], dtype=torch.long)
-        cache = cache_argument(cache, past_key_values)
         if cache is None or not use_cache:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         past_length = cache.get_seq_length()
@@ -299,8 +312,8 @@ class ExportedVanillaForConditionalGeneration(PreTrainedModel, GenerationMixin):
             # OpenVINO 2026.4's CPU plugin crashed (SIGSEGV in `infer`) when it read the cache in place from the
             # previous step's outputs; it runs on copies of the inputs.
             step["share_inputs"] = False
-        # The graphs take the cache under the name `generate()` gave it when they were captured: the installed
-        # library's (an export is opened by the transformers that wrote it).
+        # The graphs take the cache under the name `generate()` gave it when they were captured, the installed
+        # library's (`check_cache_name` refused an export captured under the other one).
         if past_length == 0:
             outputs = self.decoder_graphs.runners["prefill"](
                 **step, decoder_input_ids=decoder_input_ids, **{CACHE_FIELD: cache}
