@@ -34,7 +34,8 @@ import numpy as np
 import psutil
 
 from benchmarks import ROOT, commit_of, record
-from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
+from hf_vanilla.data import BUNDLED_CORPORA
+from hf_vanilla.text_files import stream_lines
 
 
 STAGE = re.compile(r"\[rank (\d+)\] startup: (.+?) took ([\d.]+) s")

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import markdown, record
-from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
+from hf_vanilla.data import BUNDLED_CORPORA
+from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import WordCachedEncoder, train_bpe_tokenizer
 from hf_vanilla.training.preprocessing import ENCODE_ROWS
 

@@ -21,7 +21,8 @@ import torch
 
 from benchmarks import record
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
+from hf_vanilla.data import BUNDLED_CORPORA
+from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
 

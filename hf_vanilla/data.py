@@ -14,17 +14,17 @@ Whatever the form, the result is a `DatasetDict` of `source`/`target` string col
 `datasets` cache: the corpus is never a Python list, and a second read of the same files opens the cache.
 """
 
-import gzip
 import hashlib
 import itertools
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .text_files import stream_lines
 
 
 SPLIT_ALIASES = {"validation": ("val", "valid", "validation", "dev"), "test": ("test2016", "test")}
@@ -47,30 +47,6 @@ ACCEPTED_FORMS = (
     "repository (local or a Hub id, with --data_config) of JSON lines, parquet, arrow or CSV files holding a "
     "'translation' column or one column per language; or --train_file/--validation_file/--test_file"
 )
-
-
-def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def decode_lines(handle: BinaryIO, name: str, errors: str = "strict", fix: str = "") -> Iterator[str]:
-    """The lines of a binary stream as text, without their line ends (LF or CRLF). With `errors="strict"`, invalid
-    UTF-8 raises `ValueError` naming the file and line (and `fix`), rather than decoding into replacement
-    characters; `errors="replace"` puts U+FFFD in place of the bad bytes."""
-    for number, raw in enumerate(handle, start=1):
-        try:
-            yield raw.decode("utf-8", errors=errors).rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            hint = f"; {fix}" if fix else ""
-            raise ValueError(f"{name}: line {number} is not valid UTF-8 ({error.reason}){hint}.") from error
-
-
-def stream_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a text file (`.gz` decompressed), stripped of surrounding whitespace, as `decode_lines` reads
-    them (invalid UTF-8 is an error naming the file and line)."""
-    path = Path(path)
-    with _open_binary(path) as handle:
-        yield from (line.strip() for line in decode_lines(handle, str(path)))
 
 
 def file_stamp(path: Path) -> tuple[str, int, int]:

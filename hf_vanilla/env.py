@@ -86,6 +86,19 @@ def range_tested(name: str) -> tuple[Version | None, Version | None]:
     return status.floor, status.newest_tested
 
 
+# Where a library's import name differs from its distribution name.
+DISTRIBUTION_OF_MODULE = {"yaml": "pyyaml"}
+
+
+def extra_providing(module: str) -> str | None:
+    """The extra of hf-vanilla that installs the top-level `module` (None: no extra does)."""
+    distribution = canonicalize_name(DISTRIBUTION_OF_MODULE.get(module, module))
+    extras = (
+        extra for requirement, extra in declared_requirements() if canonicalize_name(requirement.name) == distribution
+    )
+    return next(extras, None)
+
+
 def floor_of(requirement: Requirement) -> Version | None:
     bounds = [Version(spec.version) for spec in requirement.specifier if spec.operator in (">=", "==", "~=")]
     return max(bounds, default=None)

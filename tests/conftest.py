@@ -14,8 +14,9 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import BUNDLED_CORPORA, stream_lines
+from hf_vanilla.data import BUNDLED_CORPORA
 from hf_vanilla.modeling_vanilla import CACHE_FIELD
+from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
 

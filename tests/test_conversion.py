@@ -104,7 +104,7 @@ def marian_tokenizer(tmp_path_factory):
     spm = pytest.importorskip("sentencepiece")
     from transformers import MarianTokenizer
 
-    from hf_vanilla.data import stream_lines
+    from hf_vanilla.text_files import stream_lines
 
     from .conftest import MULTI30K
 

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hf_vanilla.data import load_parallel_corpus, stream_lines
+from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.text_files import stream_lines
 
 
 SPLIT_PAIRS = {

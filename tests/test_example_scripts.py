@@ -13,7 +13,7 @@ import sacrebleu
 from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import stream_lines
+from hf_vanilla.text_files import stream_lines
 
 from .conftest import EOS, MULTI30K, PAD, REMOTE_PIPELINE, padded_batch, run_without_hf_vanilla
 

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, pipeline
 
 from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla import pipeline_vanilla as pipeline_module
-from hf_vanilla.data import stream_lines
+from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import WordCachedEncoder, train_bpe_tokenizer, unknown_token_rate
 from hf_vanilla.training.preprocessing import PairEncoder, encode_texts, id_type
 

@@ -388,7 +388,7 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
 
 @pytest.mark.slow
 def test_the_wmt14_recipe_runs_end_to_end_on_a_local_wmt14_look_alike(tmp_path):
-    from hf_vanilla.data import stream_lines
+    from hf_vanilla.text_files import stream_lines
 
     from .conftest import MULTI30K
     from .test_data import make_wmt14_like

@@ -13,6 +13,8 @@ import sys
 
 from huggingface_hub.errors import StrictDataclassError
 
+from ..env import extra_providing
+
 
 # The installed product. The benchmarks (MarianMT comparisons, synthetic corpora, the results under docs/) are the lab:
 # `python -m benchmarks.NAME` from a clone, not a subcommand of the wheel.
@@ -56,5 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(error, StrictDataclassError) and error.__cause__:  # a config's check: its own message
             error = error.__cause__
         message = " ".join(str(error).split()) or type(error).__name__  # one line, however the error was written
+        if isinstance(error, ModuleNotFoundError) and error.name:
+            extra = extra_providing(error.name.split(".")[0])
+            if extra is not None:
+                message = f"this command needs the [{extra}] extra: pip install 'hf-vanilla[{extra}]' ({message})"
         sys.stderr.write(f"hf-vanilla {args.command}: error: {message}\n")
         sys.exit(2)

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..data import stream_lines
+    from ..text_files import stream_lines
     from ..tokenization import train_bpe_tokenizer, unknown_token_rate
 
     def non_empty_lines(paths: list[str]):

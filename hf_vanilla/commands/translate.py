@@ -136,9 +136,9 @@ def run(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from ..data import decode_lines
     from ..inference import translate_stream
     from ..pipeline_vanilla import check_tokenizer_matches_model
+    from ..text_files import decode_lines
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_locations(args)
