@@ -1,6 +1,7 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -115,53 +116,102 @@ REVERSAL_SOURCES = [[5, 9, 13, 7], [20, 4], [6, 6, 11, 18, 22, 10]] + [
 ]
 
 
-def train_reversal_model(annealed: bool):
-    """A tiny model trained for 1200 steps to reverse sequences of 2-7 ids at a constant rate, or, `annealed`, of 1-7
-    ids with warm-up and annealing; and a word-level tokenizer over its vocabulary. At a constant rate it reverses
-    ~75% of random sources, which ones depending on the CPU's arithmetic; annealed, every one we tried (300 random,
-    REVERSAL_SOURCES)."""
+def reversal_batch(generator: torch.Generator, rows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sources of 1-7 ids ending in EOS, right-padded to 9, and their reversals (labels, -100 padded)."""
+    lengths = torch.randint(1, 8, (rows,), generator=generator)
+    body = torch.randint(4, REVERSAL_VOCAB, (rows, 8), generator=generator)
+    source = torch.full((rows, 9), PAD)
+    target = torch.full((rows, 9), -100)
+    for row, length in enumerate(lengths.tolist()):
+        source[row, :length] = body[row, :length]
+        source[row, length] = EOS
+        target[row, :length] = body[row, :length].flip(0)
+        target[row, length] = EOS
+    return source, target
+
+
+def unreversed_sources(model, sources: list[list[int]]) -> int:
+    """How many of `sources` the model's greedy and beam-4 translations fail to reverse."""
+    wrong = 0
+    for ids in sources:
+        source = torch.tensor([ids + [EOS]])
+        for num_beams in (1, 4):
+            out = model.generate(input_ids=source, num_beams=num_beams, max_new_tokens=10, do_sample=False)
+            wrong += out[0, 1:].tolist() != ids[::-1] + [EOS]
+    return wrong
+
+
+def train_reversal_model():
+    """A tiny model trained to reverse sequences of 1-7 ids, and a word-level tokenizer over its vocabulary.
+
+    Each round is 1200 Adam steps with warm-up and annealing; rounds go on until greedy and beam search reverse every
+    source the tests use and 300 random ones. How far a round gets depends on the CPU's arithmetic (one round reversed
+    all of them on the machines we tried), so the property is checked here, before any test relies on it, and a
+    model without it fails the fixture with the count."""
     from benchmarks.synthetic import word_level_tokenizer
 
     model = make_model(
         seed=0, vocab_size=REVERSAL_VOCAB, dropout=0.0, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128
     )
-    model.train()
-    rate, steps = (3e-3 if annealed else 2e-3), 1200
-    optimizer = torch.optim.Adam(model.parameters(), lr=rate, betas=(0.9, 0.98), eps=1e-9)
-    # (OneCycleLR sets the optimizer's rate as it is built: only the annealed run may build it.)
-    schedule = (
-        torch.optim.lr_scheduler.OneCycleLR(optimizer, rate, total_steps=steps, pct_start=0.1) if annealed else None
-    )
+    check = torch.Generator().manual_seed(12345)
+    sources = REVERSAL_SOURCES + [
+        torch.randint(4, REVERSAL_VOCAB, (int(n),), generator=check).tolist()
+        for n in torch.randint(1, 8, (300,), generator=check)
+    ]
     generator = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        lengths = torch.randint(1 if annealed else 2, 8, (32,), generator=generator)
-        body = torch.randint(4, REVERSAL_VOCAB, (32, 8), generator=generator)
-        source = torch.full((32, 9), 0)
-        target = torch.full((32, 9), -100)
-        for row, length in enumerate(lengths.tolist()):
-            source[row, :length] = body[row, :length]
-            source[row, length] = EOS
-            target[row, :length] = body[row, :length].flip(0)
-            target[row, length] = EOS
-        loss = model(input_ids=source, attention_mask=source.ne(0), labels=target).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if schedule is not None:
+    for _ in range(3):
+        model.train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, 3e-3, total_steps=1200, pct_start=0.1)
+        for _ in range(1200):
+            source, target = reversal_batch(generator)
+            loss = model(input_ids=source, attention_mask=source.ne(PAD), labels=target).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
             schedule.step()
-    return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
+        model.eval()
+        wrong = unreversed_sources(model, sources)
+        if wrong == 0:
+            return model, word_level_tokenizer(REVERSAL_VOCAB)
+    raise AssertionError(f"the reversal model still fails {wrong} of {2 * len(sources)} decodings after 3 rounds")
 
 
 @pytest.fixture(scope="session")
 def reversal_model():
     """A model that reverses every source: for comparing exports, engines and decoding paths on meaningful output."""
-    return train_reversal_model(annealed=True)
+    return train_reversal_model()
+
+
+def unsure_model():
+    """A model unsure of every token by construction, and the reversal tokenizer: an untrained model whose output
+    layer is scaled down to near-uniform logits, EOS made about 3 times as likely as any other token. A candidate of
+    k tokens then has a log-probability near -k ln(V), whatever the CPU's rounding; EOS is among the beam's best
+    continuations from the first step, so a length penalty of -2 (multiplying by k**2) keeps the shortest finished
+    candidates and +2 (dividing by it) the longest. Checked before use: at every step of a beam search over the test
+    sources each token's probability lies within a factor 2 of uniform, EOS's within 1.5 to 6 times it."""
+    from benchmarks.synthetic import word_level_tokenizer
+
+    model = make_model(
+        seed=0, vocab_size=REVERSAL_VOCAB, dropout=0.0, tie_word_embeddings=False, add_final_logits_bias=True
+    )
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.2)  # logits' spread 0.1 here: near uniform, yet no two candidates tie
+        model.final_logits_bias[0, EOS] = math.log(3.0)
+    for ids in REVERSAL_SOURCES:
+        out = model.generate(input_ids=torch.tensor([ids + [EOS]]), num_beams=4, max_new_tokens=12,
+                             output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        relative = torch.cat(out.logits).float().softmax(-1) * (REVERSAL_VOCAB + 2)  # to uniform, EOS counted thrice
+        others = torch.cat([relative[:, :EOS], relative[:, EOS + 1 :]], dim=1)
+        assert 0.5 < others.min() and others.max() < 2.0, "the unsure model is sure of some token"
+        assert 1.5 < relative[:, EOS].min() and relative[:, EOS].max() < 6.0, "EOS is not about 3 times as likely"
+    return model, word_level_tokenizer(REVERSAL_VOCAB)
 
 
 @pytest.fixture(scope="session")
 def unsure_reversal_model():
-    """A model whose outputs are mostly right but not sure of it, so that a length penalty reorders its n-best."""
-    return train_reversal_model(annealed=False)
+    """A model whose every token is uncertain, so that a length penalty reorders its n-best."""
+    return unsure_model()
 
 
 @pytest.fixture(scope="session")
