@@ -1,10 +1,25 @@
 # Copyright 2026 The hf_vanilla Authors. Licensed under the Apache License, Version 2.0.
 """Configuration of the original Transformer (Vaswani et al. 2017, "Attention Is All You Need")."""
 
-from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+import transformers
+from packaging.version import Version
 
-from .pipeline_vanilla import CUSTOM_PIPELINES
+
+# The oldest transformers release that this file and the two beside it (the model, the pipeline) run on, as remote
+# code copied into every saved folder: `benchmarks/transformers_releases.py` checks each 5.x release from here to the
+# newest (docs/results/transformers-releases-cpu.json). Older releases fail in the library with errors that do not
+# say why, so the config, the first file a load runs, stops at once.
+TRANSFORMERS_FLOOR = "5.10"
+if Version(transformers.__version__).release < Version(TRANSFORMERS_FLOOR).release:
+    raise ImportError(
+        f"This hf_vanilla model needs transformers >= {TRANSFORMERS_FLOOR}, and transformers "
+        f"{transformers.__version__} is installed: pip install -U 'transformers>={TRANSFORMERS_FLOOR}'"
+    )
+
+from huggingface_hub.dataclasses import strict  # noqa: E402
+from transformers import PreTrainedConfig  # noqa: E402
+
+from .pipeline_vanilla import CUSTOM_PIPELINES  # noqa: E402
 
 
 # True for the installed package's class, whose import registered the translation pipeline (hf_vanilla/__init__.py);

@@ -118,9 +118,18 @@ class VanillaTranslationPipeline(Pipeline):
         ):
             # hf_vanilla models decode with the paper's budget; any other model as its generation config says.
             generate_kwargs["max_length"] = decoding_max_length(source_length)
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **self.generate_kwargs_of_this_call(generate_kwargs))
         # [batch * n_best, T] -> [batch, n_best, T], so the pipeline's un-batching keeps each input's n-best together
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def generate_kwargs_of_this_call(self, generate_kwargs: dict) -> dict:
+        """The call's generation parameters over the pipeline's, as the installed release's own pipelines merge them:
+        `Pipeline._prepare_generate_kwargs` where it exists (the later 5.x releases), before it the pipeline's
+        generation config unless the call passes one."""
+        prepare = getattr(self, "_prepare_generate_kwargs", None)
+        if prepare is not None:
+            return prepare(generate_kwargs)
+        return {"generation_config": self.generation_config, **generate_kwargs}
 
     def postprocess(self, model_outputs: dict, clean_up_tokenization_spaces: bool = False) -> list[dict[str, str]]:
         return [
