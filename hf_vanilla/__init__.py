@@ -13,18 +13,23 @@ exactly what the model's own `generate()` and generation config give; only hf_va
 global state.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from .env import check_installation
 
-from .configuration_vanilla import VanillaTransformerConfig
-from .modeling_vanilla import (
+
+check_installation()  # before anything of a library below its floor (or a Python too old) can fail obscurely
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM  # noqa: E402
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS  # noqa: E402
+
+from .configuration_vanilla import VanillaTransformerConfig  # noqa: E402
+from .modeling_vanilla import (  # noqa: E402
     VanillaDecoder,
     VanillaEncoder,
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
-from .pipeline_vanilla import VanillaTranslationPipeline
+from .pipeline_vanilla import VanillaTranslationPipeline  # noqa: E402
 
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -117,6 +118,34 @@ def library_statuses() -> list[LibraryStatus]:
     return statuses
 
 
+def python_requirement() -> SpecifierSet:
+    """The Pythons hf-vanilla installs on (`requires-python`)."""
+    return SpecifierSet(importlib.metadata.metadata(DISTRIBUTION)["Requires-Python"] or "")
+
+
+def check_installation() -> None:
+    """Refuse, in one line, a Python or a required library below what hf-vanilla needs, which pip refuses to
+    install but a `--no-deps` install, a copied folder or a later downgrade can still leave. Extras' libraries are
+    checked where they are imported. Nothing to check without the package's metadata (a plain checkout on the
+    path)."""
+    try:
+        pythons = python_requirement()
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if not pythons.contains(platform.python_version()):
+        raise ImportError(f"hf_vanilla needs Python {pythons}; this is Python {platform.python_version()}.")
+    below = [
+        f"{status.name}>={status.floor} (installed: {status.installed})"
+        for status in library_statuses()
+        if status.extra is None and status.verdict.startswith("below the floor")
+    ]
+    if below:
+        raise ImportError(
+            f"hf_vanilla needs {', '.join(below)}: pip install -U "
+            + " ".join(f"'{item.split(' ')[0]}'" for item in below)
+        )
+
+
 def report() -> str:
     """The table `hf-vanilla env` prints."""
     rows = [("library", "installed", "floor", "newest tested", "")]
@@ -132,7 +161,8 @@ def report() -> str:
         )
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     lines = [
-        f"hf-vanilla {importlib.metadata.version(DISTRIBUTION)}, Python {platform.python_version()}",
+        f"hf-vanilla {importlib.metadata.version(DISTRIBUTION)}, Python {platform.python_version()} "
+        f"(needs {python_requirement()})",
         *(
             "  ".join(cell.ljust(width) for cell, width in zip(row, [*widths, 0], strict=True)).rstrip()
             for row in rows
