@@ -1,7 +1,8 @@
-"""Build glue beyond pyproject.toml: ship two top-level files inside the package, the card template (model_card.md)
-and the lock of tested versions (constraints.txt, which `hf-vanilla env` reads).
+"""Build glue beyond pyproject.toml: ship three top-level files inside the package, the card template
+(model_card.md) and the locks of tested versions (constraints.txt, constraints-newest.txt: `hf-vanilla env` reads
+them).
 
-Both stay at the top of the repository, where people edit them and pip reads the lock; wheels get a copy next to
+All stay at the top of the repository, where people edit them and pip reads the lock; wheels get a copy next to
 `hf_vanilla/env.py` (`hf_vanilla.env.shipped_file` looks there first, then at the top of a checkout).
 """
 
@@ -12,7 +13,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
-SHIPPED_FILES = ("model_card.md", "constraints.txt")
+SHIPPED_FILES = ("model_card.md", "constraints.txt", "constraints-newest.txt")
 
 
 class BuildPyWithCardTemplate(build_py):

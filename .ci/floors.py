@@ -6,9 +6,8 @@ same as `uv pip install --resolution lowest-direct`, with pip alone. Covered: th
 """
 
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 
 EXTRAS = ("train", "export", "openvino")

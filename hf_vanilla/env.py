@@ -1,13 +1,18 @@
-"""The libraries this installation runs on, against the range hf_vanilla was tested with (`hf-vanilla env`).
+"""The Python and libraries this installation runs on, against the range hf_vanilla was tested with
+(`hf-vanilla env`).
 
 The range of each library runs from its floor, the lowest release that pyproject.toml allows, to the newest release
-tested, the version in the lock (`constraints.txt`) that the README's commands and CI install. CI runs the tests
-that touch the libraries at both ends, the floors together and the newest releases together, so an installed
-version between them is covered. A newer one has not been tested yet, and one below the floor is refused by pip.
+tested: the newer of its versions in the two locks, `constraints.txt` (Python 3.11, what the README's commands and
+CI's main legs install) and `constraints-newest.txt` (Python 3.13 with the newest releases, CI's newest leg). Python's
+runs from `requires-python` to the newest of the package's `Programming Language :: Python :: 3.x` classifiers. CI
+runs the tests that touch the libraries at both ends, the floors together and the newest releases together, so an
+installed version between them is covered. A newer one has not been tested yet, and one below the floor is refused
+by pip.
 """
 
 import importlib.metadata
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +23,9 @@ from packaging.version import Version
 
 
 DISTRIBUTION = "hf-vanilla"
-LOCK = "constraints.txt"
+LOCKS = ("constraints.txt", "constraints-newest.txt")
+# What CI's range legs check (`hf-vanilla env --check`): every axis of the README's table of versions.
+AXES = ("python", "torch", "transformers", "datasets", "tokenizers", "accelerate")
 # The extras whose libraries the package itself runs on. `bench` and `dev` only add tools.
 RUNTIME_EXTRAS = ("train", "export", "openvino")
 
@@ -32,16 +39,25 @@ def shipped_file(name: str) -> Path:
     raise FileNotFoundError(f"{name} is neither installed with hf_vanilla nor at the top of a checkout.")
 
 
-def locked_versions() -> dict[str, Version]:
-    """The newest tested version of every package: the lock's `name==version` lines."""
+def locked_versions(lock: str = LOCKS[0]) -> dict[str, Version]:
+    """The version of every package in one lock: its `name==version` lines."""
     versions = {}
-    for line in shipped_file(LOCK).read_text().splitlines():
+    for line in shipped_file(lock).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             requirement = Requirement(line)
             (pin,) = requirement.specifier
             versions[canonicalize_name(requirement.name)] = Version(pin.version)
     return versions
+
+
+def newest_tested_versions() -> dict[str, Version]:
+    """The newest tested version of every package: the newer of its pins in the two locks."""
+    newest = {}
+    for lock in LOCKS:
+        for name, version in locked_versions(lock).items():
+            newest[name] = max(newest.get(name, version), version)
+    return newest
 
 
 def declared_requirements() -> list[tuple[Requirement, str | None]]:
@@ -75,8 +91,12 @@ class LibraryStatus:
         if self.installed is None:
             return "not installed" + (f" (pip install 'hf-vanilla[{self.extra}]')" if self.extra else "")
         if self.floor is not None and self.installed.release < self.floor.release:
+            if self.name == "python":
+                return f"below the floor: use Python >= {self.floor}"
             return f"below the floor: pip install -U '{self.name}>={self.floor}'"
-        if self.newest_tested is not None and self.installed.release > self.newest_tested.release:
+        newest = self.newest_tested
+        # compared to the precision it is stated in: Python's newest tested, 3.13, covers 3.13.x
+        if newest is not None and self.installed.release[: len(newest.release)] > newest.release:
             return "newer than tested"
         return "in the tested range"
 
@@ -105,9 +125,22 @@ def floor_of(requirement: Requirement) -> Version | None:
     return max(bounds, default=None)
 
 
-def library_statuses() -> list[LibraryStatus]:
-    locked = locked_versions()
-    statuses = []
+def python_status() -> LibraryStatus:
+    """Python, as a library: floor from `requires-python`, newest tested from the classifiers."""
+    classifiers = importlib.metadata.metadata(DISTRIBUTION).get_all("Classifier") or []
+    tested = [
+        Version(c.rsplit(" :: ", 1)[1])
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
+    (floor,) = (Version(spec.version) for spec in python_requirement() if spec.operator == ">=")
+    return LibraryStatus("python", None, Version(platform.python_version()), floor, max(tested, default=None))
+
+
+def library_statuses(newest: bool = True) -> list[LibraryStatus]:
+    """Python first, then every library hf-vanilla requires, each with its floor and (`newest`) newest tested."""
+    locked = newest_tested_versions() if newest else {}
+    statuses = [python_status()]
     for requirement, extra in declared_requirements():
         name = canonicalize_name(requirement.name)
         try:
@@ -136,7 +169,7 @@ def check_installation() -> None:
         raise ImportError(f"hf_vanilla needs Python {pythons}; this is Python {platform.python_version()}.")
     below = [
         f"{status.name}>={status.floor} (installed: {status.installed})"
-        for status in library_statuses()
+        for status in library_statuses(newest=False)[1:]
         if status.extra is None and status.verdict.startswith("below the floor")
     ]
     if below:
@@ -144,6 +177,16 @@ def check_installation() -> None:
             f"hf_vanilla needs {', '.join(below)}: pip install -U "
             + " ".join(f"'{item.split(' ')[0]}'" for item in below)
         )
+
+
+def outside_the_tested_range() -> list[str]:
+    """The axes (`AXES`) installed outside their tested range, each with its verdict; an extra's library that is not
+    installed is not outside it."""
+    return [
+        f"{status.name} {status.installed}: {status.verdict}"
+        for status in library_statuses()
+        if status.name in AXES and status.installed is not None and status.verdict != "in the tested range"
+    ]
 
 
 def report() -> str:
@@ -161,8 +204,7 @@ def report() -> str:
         )
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     lines = [
-        f"hf-vanilla {importlib.metadata.version(DISTRIBUTION)}, Python {platform.python_version()} "
-        f"(needs {python_requirement()})",
+        f"hf-vanilla {importlib.metadata.version(DISTRIBUTION)}",
         *(
             "  ".join(cell.ljust(width) for cell, width in zip(row, [*widths, 0], strict=True)).rstrip()
             for row in rows

@@ -85,7 +85,5 @@ def test_a_command_that_needs_an_extra_names_it(tmp_path):
     assert (
         run.stderr.strip()
         .splitlines()[-1]
-        .startswith(
-            "hf-vanilla train: error: this command needs the [train] extra: pip install 'hf-vanilla[train]' ("
-        )
+        .startswith("hf-vanilla train: error: this command needs the [train] extra: pip install 'hf-vanilla[train]' (")
     )

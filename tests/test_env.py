@@ -3,15 +3,23 @@
 import importlib.metadata
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from benchmarks.readme import readme_command
-from hf_vanilla.env import LibraryStatus, declared_requirements, library_statuses, locked_versions, range_tested
+from hf_vanilla.env import (
+    AXES,
+    LibraryStatus,
+    declared_requirements,
+    library_statuses,
+    locked_versions,
+    outside_the_tested_range,
+    range_tested,
+)
 
 
 ROOT = Path(__file__).parents[1]
@@ -64,7 +72,7 @@ def test_hf_vanilla_env_names_every_library_with_its_installed_version():
     output = subprocess.run(
         [sys.executable, "-m", "hf_vanilla", "env"], capture_output=True, text=True, check=True, timeout=120
     ).stdout
-    assert output.startswith(f"hf-vanilla {importlib.metadata.version('hf-vanilla')}, Python ")
+    assert output.startswith(f"hf-vanilla {importlib.metadata.version('hf-vanilla')}\n")
     for status in library_statuses():
         row = next(line for line in output.splitlines() if line.split()[0] == status.name)
         assert str(status.installed or "-") in row and status.verdict in row
@@ -76,8 +84,48 @@ def test_hf_vanilla_env_names_every_library_with_its_installed_version():
 
 def test_the_readme_table_of_versions_is_the_floors_and_the_lock():
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| library | floor (pyproject.toml) | newest tested (the lock) |") :].split("\n\n")[0]
+    table = readme[readme.index("| library | floor (pyproject.toml) | newest tested |") :].split("\n\n")[0]
     rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
-    assert len(rows) >= 5
+    assert sorted(row[0].strip() for row in rows) == sorted(AXES)
     for name, floor, newest in ((cell.strip() for cell in row) for row in rows):
         assert range_tested(name) == (Version(floor), Version(newest)), name
+
+
+def test_the_python_range_is_requires_python_to_the_newest_classifier():
+    assert range_tested("python") == (Version("3.11"), Version("3.13"))
+    python = library_statuses()[0]
+    assert python.name == "python" and python.installed == Version(".".join(map(str, sys.version_info[:3])))
+    assert LibraryStatus("python", None, Version("3.13.9"), Version("3.11"), Version("3.13")).verdict == (
+        "in the tested range"
+    )
+    assert LibraryStatus("python", None, Version("3.14.0"), Version("3.11"), Version("3.13")).verdict == (
+        "newer than tested"
+    )
+    assert LibraryStatus("python", None, Version("3.10.13"), Version("3.11"), Version("3.13")).verdict == (
+        "below the floor: use Python >= 3.11"
+    )
+
+
+def test_ci_installs_the_torch_releases_the_table_names():
+    script = (ROOT / ".ci" / "run").read_text()
+    floor, newest = range_tested("torch")
+    assert f"TORCH_FLOOR={floor}.0 " in script and f"TORCH_NEWEST={newest} " in script
+
+
+def test_env_check_names_each_axis_outside_its_range(monkeypatch):
+    statuses = [
+        LibraryStatus("torch", None, Version("2.16.0"), Version("2.13"), Version("2.15.0")),
+        LibraryStatus("datasets", "train", None, Version("4.0"), Version("5.2.0")),  # an extra not installed: fine
+        LibraryStatus("numpy", "train", Version("9.0"), Version("2.0"), Version("2.4.6")),  # not an axis
+        LibraryStatus("transformers", None, Version("5.9.0"), Version("5.23"), Version("5.24.0")),
+    ]
+    monkeypatch.setattr("hf_vanilla.env.library_statuses", lambda newest=True: statuses)
+    assert outside_the_tested_range() == [
+        "torch 2.16.0: newer than tested",
+        "transformers 5.9.0: below the floor: pip install -U 'transformers>=5.23'",
+    ]
+
+
+def test_the_environment_under_test_passes_env_check():
+    run = subprocess.run([sys.executable, "-m", "hf_vanilla", "env", "--check"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
