@@ -20,7 +20,7 @@ from benchmarks import ROOT, markdown
 
 
 RESULTS = ROOT / "docs" / "results"
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", ROOT / "model_card.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
 
 
@@ -284,6 +284,13 @@ def render_tokenize_speed(name: str = "tokenize-speed-cpu.json") -> str:
     return table + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_transformers_releases(name: str = "transformers-releases-cpu.json") -> str:
+    from benchmarks.transformers_releases import markdown_table
+
+    document = load(name)
+    return markdown_table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "bf16": render_bf16,
     "engines": render_engines,
@@ -296,6 +303,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
+    "transformers-releases": render_transformers_releases,
 }
 
 

@@ -2,7 +2,7 @@
 they already have.
 
     python -m benchmarks.transformers_releases --json docs/results/transformers-releases-cpu.json
-    python -m benchmarks.transformers_releases --model runs/quickstart/final --releases 5.10.4 5.17.0 5.24.0
+    python -m benchmarks.transformers_releases --model runs/quickstart/final --ends   # what CI runs
 
 Saves a model with its tokenizer (or takes `--model`, a folder `save_pretrained` wrote), makes one virtual
 environment with torch, then installs each release in turn into it and runs `benchmarks/remote_code_check.py` there,
@@ -45,6 +45,15 @@ def minor_releases() -> list[str]:
             key = version.release[:2]
             newest[key] = max(newest.get(key, version), version)
     return [str(version) for _, version in sorted(newest.items())]
+
+
+def ends(releases: list[str]) -> list[str]:
+    """The floor's newest patch, the release halfway to the newest tested (the lock's), and that one."""
+    from hf_vanilla.env import range_tested
+
+    _, newest = range_tested("transformers")
+    tested = [r for r in releases if Version(TRANSFORMERS_FLOOR).release <= Version(r).release[:2] <= newest.release]
+    return [tested[0], tested[len(tested) // 2], str(newest)]
 
 
 def save_test_model(folder: Path) -> Path:
@@ -121,24 +130,38 @@ def sweep(releases: list[str], model: Path | None, workdir: Path) -> list[dict]:
 
 
 def markdown_table(document: dict) -> str:
-    rows = []
+    """One row per run of consecutive releases with the same outcome."""
+    groups = []
     for result in document["results"]:
+        # refusals name the installed release: grouped by verdict, each group shows its first release's message
+        outcome = (result["verdict"], result.get("error", "") if result["verdict"] == "FAIL" else "")
+        if groups and groups[-1][0] == outcome:
+            groups[-1][1].append(result["transformers"])
+        else:
+            groups.append((outcome, [result["transformers"]]))
+    rows = []
+    for (verdict, error), releases in groups:
+        first = next(r for r in document["results"] if r["transformers"] == releases[0])
+        span = releases[0] if len(releases) == 1 else f"{releases[0]} to {releases[-1]} ({len(releases)} releases)"
         what = {
-            "pass": "works: cached == uncached (greedy, beam 4, n-best 2), one token a step, pipeline",
-            "refused": f"refused at once: `{result.get('error', '')}`",
-        }.get(result["verdict"], f"FAILS: `{result.get('error', '')}`")
-        rows.append([result["transformers"], what])
-    return markdown(["transformers", "a saved model's remote code, hf_vanilla not installed"], rows)
+            "pass": "works: cached == uncached (greedy, beam 4 with an n-best of 2), one token a step, the pipeline",
+            "refused": f"refused at once, on {releases[0]}: `{first.get('error', '')}`",
+        }.get(verdict, f"FAILS: `{error}`")
+        rows.append([span, what])
+    header = ["transformers (each minor's newest patch)", "a saved model's remote code, without hf_vanilla"]
+    return markdown(header, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--releases", nargs="+", help="transformers versions (default: each 5.x minor's newest)")
+    parser.add_argument("--ends", action="store_true", help="only the floor, a release halfway, the newest tested")
     parser.add_argument("--model", type=Path, help="a saved model folder (default: a small random model)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="transformers-releases-") as workdir:
-        results = sweep(args.releases or minor_releases(), args.model, Path(workdir))
+        releases = args.releases or (ends(minor_releases()) if args.ends else minor_releases())
+        results = sweep(releases, args.model, Path(workdir))
     document = record("benchmarks.transformers_releases", results, floor=TRANSFORMERS_FLOOR, torch=TORCH)
     print(markdown_table(document))
     if args.json:

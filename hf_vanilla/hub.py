@@ -10,6 +10,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .configuration_vanilla import TRANSFORMERS_FLOOR
 from .env import range_tested, shipped_file
 from .modeling_vanilla import PAPER_DECODING
 from .pipeline_vanilla import VanillaTranslationPipeline, check_tokenizer_matches_model
@@ -78,7 +79,7 @@ def render_model_card(model: PreTrainedModel, card: CardInfo, template_path: str
         eval_results=eval_results,
     )
     generation = model.generation_config
-    transformers_floor, transformers_newest = range_tested("transformers")
+    _, transformers_newest = range_tested("transformers")
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path or default_card_template()),
@@ -100,7 +101,7 @@ def render_model_card(model: PreTrainedModel, card: CardInfo, template_path: str
         datasets=card.datasets,
         cite_multi30k=any("multi30k" in name.lower() for name in card.datasets),
         hf_vanilla_version=importlib.metadata.version("hf-vanilla"),
-        transformers_floor=transformers_floor,
+        transformers_floor=TRANSFORMERS_FLOOR,
         transformers_newest=transformers_newest,
     )
 

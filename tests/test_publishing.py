@@ -72,11 +72,15 @@ def test_card_metadata_validates(published):
     for section in ("## Results", "## Use", "## Training", "## Intended use and limitations", "## Citation"):
         assert section in text
     assert "| learning_rate | 0.005 |" in text and "someone/vanilla-en-de" in text
-    # the transformers releases the remote code was tested with: the floor and the lock's version
+    # the transformers releases the remote code was tested with: its floor and the lock's version, with the table
     locked = next(
         line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("transformers==")
     )
-    assert f"tested with transformers 5.23\nto {locked.split('==')[1]}" in text
+    assert f"tested with transformers 5.10\nto {locked.split('==')[1]}:" in text
+    assert f"| 5.10.4 to {locked.split('==')[1]} (15 releases) | works: cached == uncached" in text
+    assert (
+        "| 5.0.0 to 5.9.0 (10 releases) | refused at once, on 5.0.0: `ImportError: This hf_vanilla model needs" in text
+    )
 
 
 def test_bleu_without_signature_is_refused(tmp_path):
@@ -150,3 +154,23 @@ def test_push_without_token_fails_clearly(published, tmp_path):
     assert result.returncode != 0
     assert "needs network access and a token" in result.stderr
     assert (tmp_path / "out" / "model.safetensors").exists()  # the folder is written before the upload is tried
+
+
+def test_the_cards_tested_range_is_the_release_sweeps():
+    """docs/results/transformers-releases-cpu.json (benchmarks/transformers_releases.py): every 5.x minor release
+    from the remote-code floor to the lock's transformers passes, every one below it is refused in one line, and the
+    card names exactly that range."""
+    from packaging.version import Version
+
+    from hf_vanilla.configuration_vanilla import TRANSFORMERS_FLOOR
+    from hf_vanilla.env import range_tested
+
+    results = json.loads((ROOT / "docs" / "results" / "transformers-releases-cpu.json").read_text())["results"]
+    floor, newest = Version(TRANSFORMERS_FLOOR), range_tested("transformers")[1]
+    releases = [Version(result["transformers"]) for result in results]
+    assert releases == sorted(releases) and releases[-1] == newest and releases[0].release[:2] == (5, 0)
+    minors = {release.release[:2] for release in releases}
+    assert minors == {(5, minor) for minor in range(newest.minor + 1)}  # none left out
+    for result, release in zip(results, releases, strict=True):
+        expected = "pass" if release.release[:2] >= floor.release else "refused"
+        assert result["verdict"] == expected, result
