@@ -145,3 +145,91 @@ def test_two_processes_building_one_cache_at_once_build_it_once(corpus, tmp_path
         built = list(pool.map(tokenize_when_both_are_ready, [barrier] * 2, [str(tmp_path)] * 2))
     assert sorted(built) == [False, True], "one builds, the other waits and opens what it wrote"
     assert not list(tmp_path.glob("tokenized/*/tmp*"))
+
+
+def test_a_corrupt_manifest_is_rebuilt_once_by_the_process_that_prepares_the_data(corpus, small_tokenizer, tmp_path):
+    first = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    (first.path / "manifest.json").write_text('{"train.arrow": 12')  # cut short
+    with pytest.raises(RuntimeError, match="manifest.json is not a JSON object of file sizes"):
+        tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1, may_rebuild=False)
+    again = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    assert again.built and again.splits["train"]["labels"] == first.splits["train"]["labels"]
+    assert not tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1).built  # once
+
+
+def test_an_unreadable_corpus_file_is_named_and_the_cache_kept(small_tokenizer, tmp_path, monkeypatch):
+    """Arrow reads the corpus's own files while tokenizing (worker processes open them again): a read error there is
+    the corpus's, which a rebuilt cache would meet again, so it propagates naming the file, and the cache is kept.
+    Simulated: the corpus file is broken after this process mapped it, and the encoder meets Arrow's error."""
+    from hf_vanilla.text_files import stream_lines
+    from hf_vanilla.training.preprocessing import PairEncoder
+
+    from .conftest import MULTI30K
+
+    text = tmp_path / "text"
+    text.mkdir()
+    for split, source in (("train", "train"), ("val", "val"), ("test", "test2016")):
+        for language in ("en", "de"):
+            lines = list(stream_lines(MULTI30K / f"{source}.{language}.gz"))[:500]
+            (text / f"{split}.{language}").write_text("\n".join(lines) + "\n")
+    own = load_parallel_corpus(str(text), "en", "de")
+    cache = tmp_path / "cache"
+    first = tokenize_corpus(own, small_tokenizer, 30, cache_dir=cache, num_workers=1)
+    (first.path / "manifest.json").unlink()  # as a killed build leaves it: the next one reads the corpus again
+    (first.path / "train.arrow").unlink()
+    corpus_file = Path(own["train"].cache_files[0]["filename"])
+    break_arrow_metadata(corpus_file)
+
+    def read_error(self, batch):
+        raise OSError("Invalid flatbuffers message.")  # as Arrow raises it, without an errno
+
+    monkeypatch.setattr(PairEncoder, "__call__", read_error)
+    with pytest.raises(ValueError, match=f"The corpus file {re.escape(str(corpus_file))} cannot be read"):
+        tokenize_corpus(own, small_tokenizer, 30, cache_dir=cache, num_workers=1)
+    assert (first.path / "validation.arrow").is_file(), "the cache was not deleted"
+
+
+def test_a_filesystem_without_flock_locks_with_a_lock_file(corpus, small_tokenizer, tmp_path, monkeypatch, caplog):
+    import fcntl
+
+    def no_flock(*args):  # what the kernel answers where the filesystem has no flock (Lustre without it, some NFS)
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    built = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
+    assert built.built and f"{tmp_path / 'locks'} has no flock: locking with a lock file" in caplog.text
+    assert not list((tmp_path / "locks").glob("*.lock")), "a lock file exists only while it is held"
+
+
+HOLD_THE_LOCK = """
+import sys, time
+from pathlib import Path
+from hf_vanilla.training.preprocessing import entry_lock
+with entry_lock(Path(sys.argv[1]), "tokenized", "key"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_lock_wait_past_the_timeout_names_the_process_that_holds_it(tmp_path, monkeypatch):
+    from hf_vanilla.training.preprocessing import entry_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("HF_VANILLA_CACHE_LOCK_TIMEOUT", "1")
+        with pytest.raises(TimeoutError, match=f"Waited 1 s .* held by process {holder.pid} on .* since"):
+            with entry_lock(tmp_path, "tokenized", "key"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_size_estimate_of_a_full_disk_is_within_1_5x_of_the_built_cache(corpus, small_tokenizer, tmp_path):
+    """On a `select` view (the corpus cut to 3000 of its 29000 training pairs, as --max_train_examples does)."""
+    from hf_vanilla.training.preprocessing import needed_space
+
+    built = tokenize_corpus(corpus, small_tokenizer, 10_000, cache_dir=tmp_path, num_workers=1)
+    size = sum(path.stat().st_size for path in built.path.glob("*.arrow"))
+    assert 1 / 1.5 < needed_space(corpus, small_tokenizer) / size < 1.5

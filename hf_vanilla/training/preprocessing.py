@@ -11,17 +11,22 @@ The cache lives under `<data_cache_dir>` (default `<HF_DATASETS_CACHE>/hf_vanill
   the limit are left out (counted); evaluation pairs never.
 - `locks/`: a file lock per cache entry (`filelock`, as `datasets` locks its own builds), held while one is built or
   checked, so that processes building the same entry at once (two runs, or the nodes of one on a shared disk)
-  build it once.
+  build it once. Beside each lock, `<lock>.holder` names the process that holds it (host, pid, since when), for the
+  message of a process that waited longer than `HF_VANILLA_CACHE_LOCK_TIMEOUT` seconds (default 3 hours). On a
+  filesystem without `flock` (Lustre mounted without it, some NFS) the lock is a `SoftFileLock`, a file that exists
+  while it is held, as `datasets` and `huggingface_hub` fall back to there.
 Keys are hashes of public values (`data.cache_key`): the files behind each split with their sizes and modification
 times, the number of rows, the tokenizer's serialised form, the limits.
 """
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from filelock import FileLock, Timeout
+from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..data import cache_key, datasets_cache_dir, file_stamp
@@ -39,7 +44,11 @@ from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 3  # part of every key: bump when the layout of the cached files changes
+# Part of every key: bump when the layout of the cached files or the protocol of building them changes, so that a
+# release that builds otherwise never shares an entry with this one (4: entries built under a lock).
+CACHE_FORMAT = 4
+LOCK_TIMEOUT_VARIABLE = "HF_VANILLA_CACHE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 3 * 3600.0  # seconds: longer than building the largest corpus we measured takes
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
 MANIFEST = "manifest.json"  # each file of a complete tokenized cache and its size, written last
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
@@ -51,21 +60,67 @@ def default_cache_dir() -> Path:
     return datasets_cache_dir() / "hf_vanilla"
 
 
+def has_flock(folder: Path) -> bool:
+    """Whether the filesystem of `folder` supports `flock` (the kernel answers ENOSYS where it does not)."""
+    descriptor = os.open(folder / f".flock-probe-{os.getpid()}", os.O_RDWR | os.O_CREAT, 0o664)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+    except OSError as error:
+        if error.errno == errno.ENOSYS:
+            return False
+        if error.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+    finally:
+        os.close(descriptor)
+        (folder / f".flock-probe-{os.getpid()}").unlink(missing_ok=True)
+    return True
+
+
+def new_lock(path: Path) -> BaseFileLock:
+    """A `FileLock` at `path`, or a `SoftFileLock` where the filesystem has no `flock` (every filelock release before
+    the newest would otherwise wait forever there, or raise)."""
+    if has_flock(path.parent):
+        return FileLock(str(path))
+    logger.warning("%s has no flock: locking with a lock file (SoftFileLock) instead.", path.parent)
+    return SoftFileLock(str(path))
+
+
+def lock_timeout() -> float:
+    value = os.environ.get(LOCK_TIMEOUT_VARIABLE, "")
+    try:
+        return float(value) if value else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise ValueError(f"{LOCK_TIMEOUT_VARIABLE} must be a number of seconds, got {value!r}.") from None
+
+
 @contextlib.contextmanager
 def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
     """Hold the lock of the cache entry `<kind>/<key>`, saying so when another process holds it (it is building the
-    entry: this one waits, then opens what it wrote)."""
+    entry: this one waits, then opens what it wrote), and naming that process if the wait exceeds the timeout."""
     path = cache_dir / "locks" / f"{kind}-{key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
+    holder = path.with_name(path.name + ".holder")
+    lock, timeout = new_lock(path), lock_timeout()
     try:
         lock.acquire(timeout=0)
     except Timeout:
         logger.warning("Another process is building or checking %s/%s in %s: waiting for it.", kind, key, cache_dir)
-        lock.acquire()
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise TimeoutError(
+                f"Waited {timeout:.0f} s for the lock of the cache entry {kind}/{key} in {cache_dir}, held by "
+                f"{holder.read_text().strip() if holder.is_file() else 'an unknown process'}. If that process is gone "
+                f"and the lock stayed (a lock file where the disk has no flock), delete {path}; "
+                f"{LOCK_TIMEOUT_VARIABLE} sets how long to wait."
+            ) from None
     try:
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder.write_text(f"process {os.getpid()} on {socket.gethostname()} since {since}\n")
         yield
     finally:
+        holder.unlink(missing_ok=True)
         lock.release()
 
 
@@ -259,6 +314,7 @@ def tokenize_corpus(
                 except (pa.ArrowInvalid, OSError) as error:
                     if not is_arrow_read_error(error):
                         raise
+                    check_corpus_files(corpus, error)  # Arrow reads the corpus too: rebuilding would not mend that
                     problem = str(error)
             if not may_rebuild:
                 raise RuntimeError(
@@ -274,6 +330,23 @@ def tokenize_corpus(
             raise
 
 
+def check_corpus_files(corpus, error: Exception) -> None:
+    """Raise, naming the file, if one of the corpus's own Arrow files cannot be read: then `error` came from the
+    corpus, which a rebuilt cache would read again and fail on, not from the cache. Reads every file whole: only
+    after a read error."""
+    for dataset in corpus.values():
+        for file in dataset.cache_files:
+            path = Path(file["filename"])
+            try:
+                with pa.memory_map(str(path)) as source:
+                    pa.ipc.open_stream(source).read_all()
+            except (pa.ArrowInvalid, OSError) as corpus_error:
+                raise ValueError(
+                    f"The corpus file {path} cannot be read ({corpus_error}), so the corpus cannot be tokenized. It "
+                    "is the `datasets` cache of the corpus text: delete it to read the text again."
+                ) from error
+
+
 def is_arrow_read_error(error: Exception) -> bool:
     """Whether `error` is Arrow failing to parse a file's bytes: `ArrowInvalid`, or the `OSError` without an errno
     that Arrow raises for a malformed message (`pa.ArrowIOError` is `OSError` itself). An error of the system (a full
@@ -287,7 +360,13 @@ def unreadable(folder: Path) -> str | None:
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return None
-    for name, size in json.loads(manifest.read_text()).items():
+    try:
+        recorded = json.loads(manifest.read_text())
+    except ValueError as error:  # written whole and renamed into place: a disk fault or a hand-edit
+        return f"{MANIFEST} is not a JSON object of file sizes ({error})"
+    if not isinstance(recorded, dict):
+        return f"{MANIFEST} is not a JSON object of file sizes"
+    for name, size in recorded.items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != size:
             actual = path.stat().st_size if path.is_file() else "missing"
@@ -345,8 +424,8 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
             raise OSError(
                 errno.ENOSPC,
                 f"The disk of {folder} filled up while tokenizing {split} (nothing was kept): the tokenized corpus "
-                f"needs about {readable_size(needed_space(corpus))} there. Free that much, or give --data_cache_dir "
-                "on a larger disk.",
+                f"needs about {readable_size(needed_space(corpus, tokenizer))} there. Free that much, or give "
+                "--data_cache_dir on a larger disk.",
             ) from error
     files = {Path(file["filename"]).name for split in splits.values() for file in split.cache_files}
     built = not files <= existing
@@ -367,12 +446,15 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
     return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built)
 
 
-def needed_space(corpus) -> int:
-    """What the tokenized corpus takes on disk in bytes, estimated as half its raw Arrow files (16-bit ids of
-    ~4-character tokens against UTF-8 text)."""
-    return (
-        sum(Path(file["filename"]).stat().st_size for dataset in corpus.values() for file in dataset.cache_files) // 2
-    )
+def needed_space(corpus, tokenizer: PreTrainedTokenizerBase, sample_pairs: int = ENCODE_ROWS) -> int:
+    """What the tokenized corpus takes on disk in bytes, estimated by tokenizing the first `sample_pairs` pairs of
+    each split: their Arrow bytes a pair (ids in the id type, offsets, lengths), times the split's pairs."""
+    encoder, total = PairEncoder(tokenizer, None), 0.0
+    for dataset in corpus.values():
+        sample = dataset.with_format("arrow")[:sample_pairs]
+        if sample.num_rows:
+            total += encoder(sample).nbytes / sample.num_rows * len(dataset)
+    return int(total)
 
 
 def readable_size(size: int) -> str:
