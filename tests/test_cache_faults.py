@@ -150,7 +150,7 @@ def test_two_processes_building_one_cache_at_once_build_it_once(corpus, tmp_path
 def test_a_corrupt_manifest_is_rebuilt_once_by_the_process_that_prepares_the_data(corpus, small_tokenizer, tmp_path):
     first = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
     (first.path / "manifest.json").write_text('{"train.arrow": 12')  # cut short
-    with pytest.raises(RuntimeError, match="manifest.json is not a JSON object of file sizes"):
+    with pytest.raises(RuntimeError, match="manifest.json is not a JSON object of splits and file sizes"):
         tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1, may_rebuild=False)
     again = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
     assert again.built and again.splits["train"]["labels"] == first.splits["train"]["labels"]
@@ -233,3 +233,28 @@ def test_the_size_estimate_of_a_full_disk_is_within_1_5x_of_the_built_cache(corp
     built = tokenize_corpus(corpus, small_tokenizer, 10_000, cache_dir=tmp_path, num_workers=1)
     size = sum(path.stat().st_size for path in built.path.glob("*.arrow"))
     assert 1 / 1.5 < needed_space(corpus, small_tokenizer) / size < 1.5
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to give the ranks different counts")
+def test_a_rank_with_another_cpu_count_opens_the_files_the_manifest_lists(
+    corpus, small_tokenizer, tmp_path, monkeypatch
+):
+    """The preparer builds with one worker a CPU (shards named `train_0000i_of_0000n.arrow`); a rank on a node with
+    another CPU count (here: this process pinned to one CPU) opens those files, builds nothing, rewrites nothing."""
+    import json
+
+    monkeypatch.setattr("hf_vanilla.training.preprocessing.MIN_PAIRS_PER_WORKER", 1000)  # 3000 pairs: 2 workers
+    built = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path)
+    manifest = (built.path / "manifest.json").read_text()
+    assert json.loads(manifest)["splits"]["train"] == ["train_00000_of_00002.arrow", "train_00001_of_00002.arrow"]
+    every_cpu = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(every_cpu)})
+    try:
+        opened = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, may_rebuild=False)
+    finally:
+        os.sched_setaffinity(0, every_cpu)
+    assert not opened.built and (built.path / "manifest.json").read_text() == manifest
+    assert sorted(path.name for path in built.path.glob("*.arrow")) == sorted(
+        name for names in json.loads(manifest)["splits"].values() for name in names
+    )
+    assert opened.splits["train"]["labels"] == built.splits["train"]["labels"]

@@ -50,7 +50,10 @@ CACHE_FORMAT = 4
 LOCK_TIMEOUT_VARIABLE = "HF_VANILLA_CACHE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 3 * 3600.0  # seconds: longer than building the largest corpus we measured takes
 SAMPLE_SEED = 0  # the tokenizer's sample does not follow the training seed, so every seed shares one tokenizer
-MANIFEST = "manifest.json"  # each file of a complete tokenized cache and its size, written last
+# A complete tokenized cache's files, written last: {"splits": {split: [file, ...]}, "sizes": {file: bytes}}. Every
+# process opens the files it lists: their names come from the builder's worker count, which another node's CPU
+# count (or cgroup, or --cpus-per-task) would not reproduce.
+MANIFEST = "manifest.json"
 MIN_PAIRS_PER_WORKER = 50_000  # below this, starting worker processes costs more than it saves
 ENCODE_ROWS = 2000  # pairs a worker encodes at a time
 WRITER_BATCH_ROWS = 1 << 15  # pairs per record batch of the tokenized files (~5 MB of ids), before the length filter
@@ -291,7 +294,9 @@ def tokenize_corpus(
     may_rebuild: bool = True,
 ) -> TokenizedCorpus:
     """Every split of `corpus` tokenized by `Dataset.map` with `num_workers` processes (default: one per core), from
-    the cache or built into it, under the entry's lock.
+    the cache or built into it, under the entry's lock. A complete cache is opened from the files its `MANIFEST`
+    lists, whatever this process's CPU count; only a process that `may_rebuild` (the one that prepares the data)
+    builds one.
 
     A complete cache that cannot be read (a file of another size than its `MANIFEST` recorded, or one Arrow cannot
     parse) is built again where `may_rebuild` (the process that prepares the data: the others open what it has just
@@ -310,6 +315,14 @@ def tokenize_corpus(
             problem = unreadable(folder)
             if problem is None:
                 try:
+                    manifest = read_manifest(folder)
+                    if manifest is not None:
+                        return open_listed(folder, manifest, corpus)
+                    if not may_rebuild:
+                        raise RuntimeError(
+                            f"The tokenized cache {folder} is not complete (no {MANIFEST}), though the process that "
+                            "prepares the data has just built it: did that process fail? Its log says why."
+                        )
                     return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
                 except (pa.ArrowInvalid, OSError) as error:
                     if not is_arrow_read_error(error):
@@ -354,24 +367,45 @@ def is_arrow_read_error(error: Exception) -> bool:
     return isinstance(error, pa.ArrowInvalid) or (isinstance(error, OSError) and error.errno is None)
 
 
-def unreadable(folder: Path) -> str | None:
-    """Why a complete cache folder cannot be trusted (a file missing or of another size than its manifest says), or
-    None. A folder without a manifest is a build in progress or an interrupted one, which `Dataset.map` completes."""
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a complete cache folder, or None for a build in progress or an interrupted one (which
+    `Dataset.map` completes). A manifest that is not what `_tokenize_into` writes raises ValueError."""
+    path = folder / MANIFEST
+    if not path.is_file():
         return None
+    manifest = json.loads(path.read_text())
+    if not (isinstance(manifest, dict) and isinstance(manifest.get("splits"), dict)):
+        raise ValueError("not a JSON object of splits and file sizes")
+    if not isinstance(manifest.get("sizes"), dict):
+        raise ValueError("not a JSON object of splits and file sizes")
+    return manifest
+
+
+def unreadable(folder: Path) -> str | None:
+    """Why a complete cache folder cannot be trusted (a manifest that cannot be read, a file missing or of another
+    size than its manifest says), or None."""
     try:
-        recorded = json.loads(manifest.read_text())
+        manifest = read_manifest(folder)
     except ValueError as error:  # written whole and renamed into place: a disk fault or a hand-edit
-        return f"{MANIFEST} is not a JSON object of file sizes ({error})"
-    if not isinstance(recorded, dict):
-        return f"{MANIFEST} is not a JSON object of file sizes"
-    for name, size in recorded.items():
+        return f"{MANIFEST} is not a JSON object of splits and file sizes ({error})"
+    for name, size in (manifest or {}).get("sizes", {}).items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != size:
             actual = path.stat().st_size if path.is_file() else "missing"
             return f"{name}: {actual} bytes, {size} when it was built"
     return None
+
+
+def open_listed(folder: Path, manifest: dict, corpus) -> TokenizedCorpus:
+    """The splits of a complete cache, opened from the files its manifest lists (no worker count involved)."""
+    import datasets
+
+    splits = {}
+    for split, names in manifest["splits"].items():
+        parts = [datasets.Dataset.from_file(str(folder / name)) for name in names]
+        splits[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
+    return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built=False)
 
 
 def remove_temporary_files(folder: Path) -> None:
@@ -427,12 +461,14 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
                 f"needs about {readable_size(needed_space(corpus, tokenizer))} there. Free that much, or give "
                 "--data_cache_dir on a larger disk.",
             ) from error
-    files = {Path(file["filename"]).name for split in splits.values() for file in split.cache_files}
+    listed = {split: [Path(file["filename"]).name for file in data.cache_files] for split, data in splits.items()}
+    files = {name for names in listed.values() for name in names}
     built = not files <= existing
-    if built or MANIFEST not in existing:  # written once, whole: other processes may be reading it
-        staged = folder / f"{MANIFEST}.{os.getpid()}"
-        staged.write_text(json.dumps({name: (folder / name).stat().st_size for name in sorted(files)}))
-        os.replace(staged, folder / MANIFEST)
+    # written once, whole, renamed into place: other processes may be reading it
+    staged = folder / f"{MANIFEST}.{os.getpid()}"
+    sizes = {name: (folder / name).stat().st_size for name in sorted(files)}
+    staged.write_text(json.dumps({"splits": listed, "sizes": sizes}))
+    os.replace(staged, folder / MANIFEST)
     dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
     if built:
         logger.warning("Tokenized the corpus in %.1f s into %s.", time.monotonic() - start, folder)
