@@ -7,6 +7,7 @@ nothing is normalised away. `</s>` is appended to every sequence, sources and ta
 import re
 from collections.abc import Iterable
 
+import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -67,6 +68,22 @@ def plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer | None:
 # `WordCachedEncoder.splits_the_same` finds it.
 BYTE_LEVEL_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
 
+# Texts whose words both patterns must split at the same places before the word cache is used: each is a way the
+# tokenizer's pattern could change under us (tokenizers has no upper bound) while every single character still splits
+# the same: contractions in both cases, digit runs (GPT-4-style groups of three), whitespace runs before a word and
+# at the end, underscores, emoji with modifiers and joiners, mixed scripts.
+STRUCTURE_PROBES = (
+    "I'm sure it's theirs, they'll say we'd've. I'M SURE IT'S THEIRS, THEY'LL SAY WE'D'VE.",
+    "1 12 123 1234 12345 123456789 2026-11-25 3.14159 1,000,000",
+    "a  b   c\t\td\n\ne \u3000f   ",
+    "__init__ self._cache snake_case_name",
+    "😀😀👍🏽 👨‍👩‍👧 🇩🇪!",
+    "naïve Ελλάδα Москва 東京 مرحبا नमस्ते Straße",
+)
+MAX_CACHED_WORD_CHARS = 64  # a longer "word" (a number, a URL, base64 text) is encoded each time, never kept
+WORD_ENTRY_BYTES = 200  # what a cached word costs beside its characters and ids: dict slots, the str and tuple objects
+CHECKED_SENTENCES = 2  # of each batch, compared with the tokenizer's own ids
+
 
 class WordCachedEncoder:
     """The token ids of many sentences, each distinct word encoded by the tokenizer once and remembered, as fairseq's
@@ -89,14 +106,25 @@ class WordCachedEncoder:
     normalizer, another pre-tokenizer or model, BPE dropout, padding or truncation set). Ids identical to the
     tokenizer's: `tests/test_tokenizer_and_pipeline.py`, on real text, across Unicode and on tricky strings."""
 
-    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_words: int = 500_000):
-        self.backend, self.prefix, self.suffix, self.max_cached_words = backend, prefix, suffix, max_cached_words
+    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_bytes: int = 64 << 20):
+        self.backend, self.prefix, self.suffix, self.max_cached_bytes = backend, prefix, suffix, max_cached_bytes
         self.words = re.compile(BYTE_LEVEL_WORDS)
         self.split_words = self.words.findall
         added = sorted((token.content for token in backend.get_added_tokens_decoder().values()), key=len, reverse=True)
         self.added_text = re.compile("|".join(map(re.escape, added))).search if added else None
-        self.word_ids: dict[str, tuple[int, ...] | None] = {}  # None: a word the two engines split differently
+        # Two generations, so that a full cache keeps the frequent words: a new word waits in `new_words`, and moves
+        # to `word_ids`, the one the common case reads, when it is met again. A full cache drops `new_words` (the long
+        # tail seen once) and, only if the frequent words alone fill half of it, those too. None: a word the two
+        # engines split differently.
+        self.word_ids: dict[str, tuple[int, ...] | None] = {}
+        self.new_words: dict[str, tuple[int, ...] | None] = {}
+        self.cached_bytes = self.frequent_bytes = 0
         self.same_split: dict[str, bool] = {}
+
+    @property
+    def identity(self) -> str:
+        """What decides this encoder's ids beside the tokenizer itself, for the key of a cache of them."""
+        return f"WordCachedEncoder {BYTE_LEVEL_WORDS} tokenizers {tokenizers.__version__}"
 
     @classmethod
     def for_tokenizer(cls, tokenizer: PreTrainedTokenizerBase) -> "WordCachedEncoder | None":
@@ -121,17 +149,27 @@ class WordCachedEncoder:
         body, whole = backend.encode(probe, add_special_tokens=False).ids, backend.encode(probe).ids
         for cut in range(len(around) + 1):
             if around[:cut] + body + around[cut:] == whole:
-                return cls(backend, around[:cut], around[cut:])
+                encoder = cls(backend, around[:cut], around[cut:])
+                return encoder if all(map(encoder.splits_text_the_same, STRUCTURE_PROBES)) else None
         return None
 
     def __call__(self, texts: list[str]) -> list[list[int]]:
-        """The ids of each of `texts`, special tokens added."""
+        """The ids of each of `texts`, special tokens added. The first `CHECKED_SENTENCES` are compared with the
+        tokenizer's own, and a difference raises: a corpus cache never silently holds other ids."""
         encoded = [self.encode(text) for text in texts]
         missing = [index for index, ids in enumerate(encoded) if ids is None]
         if missing:
             fallback = self.backend.encode_batch_fast([texts[index] for index in missing])
             for index, encoding in zip(missing, fallback, strict=True):
                 encoded[index] = encoding.ids
+        checked = self.backend.encode_batch_fast(texts[:CHECKED_SENTENCES])
+        for text, ours, theirs in zip(texts, encoded, checked, strict=False):
+            if ours != theirs.ids:
+                raise RuntimeError(
+                    f"The word cache gives other ids than the tokenizer for {text!r} (tokenizers "
+                    f"{tokenizers.__version__}): its split of words no longer matches the tokenizer's. Please report "
+                    "it; meanwhile, use a tokenizer the word cache does not take (a normalizer set, say)."
+                )
         return encoded
 
     def encode(self, text: str) -> list[int] | None:
@@ -145,15 +183,33 @@ class WordCachedEncoder:
             pass
         ids = [*self.prefix]
         for word in words:
-            if word not in self.word_ids:
-                if len(self.word_ids) >= self.max_cached_words:  # memory stays bounded on any vocabulary
-                    self.word_ids.clear()
-                self.word_ids[word] = self.encode_word(word)
-            word_ids = self.word_ids[word]
+            word_ids = self.word_ids[word] if word in self.word_ids else self.look_up(word)
             if word_ids is None:
                 return None
             ids.extend(word_ids)
         return ids + self.suffix
+
+    def look_up(self, word: str) -> tuple[int, ...] | None:
+        """The ids of a word not among the frequent ones: from `new_words` (it becomes frequent), or encoded."""
+        if word in self.new_words:
+            word_ids = self.word_ids[word] = self.new_words.pop(word)
+            self.frequent_bytes += self.entry_bytes(word, word_ids)
+            return word_ids
+        word_ids = self.encode_word(word)
+        if len(word) <= MAX_CACHED_WORD_CHARS:
+            self.new_words[word] = word_ids
+            self.cached_bytes += self.entry_bytes(word, word_ids)
+            if self.cached_bytes > self.max_cached_bytes:  # memory stays bounded on any corpus
+                self.new_words.clear()
+                if self.frequent_bytes > self.max_cached_bytes // 2:
+                    self.word_ids.clear()
+                    self.frequent_bytes = 0
+                self.cached_bytes = self.frequent_bytes
+        return word_ids
+
+    @staticmethod
+    def entry_bytes(word: str, word_ids: tuple[int, ...] | None) -> int:
+        return WORD_ENTRY_BYTES + len(word) + 8 * len(word_ids or ())
 
     def encode_word(self, word: str) -> tuple[int, ...] | None:
         """The ids of one word, or None when the tokenizer's pre-tokenizer would not split it, or its characters, as
@@ -171,9 +227,10 @@ class WordCachedEncoder:
         same = self.same_split.get(character)
         if same is None:
             probes = (f"a{character}", f"1{character}", f"!{character}")
-            same = self.same_split[character] = all(
-                [offsets for _, offsets in self.backend.pre_tokenizer.pre_tokenize_str(probe)]
-                == [match.span() for match in self.words.finditer(probe)]
-                for probe in probes
-            )
+            same = self.same_split[character] = all(map(self.splits_text_the_same, probes))
         return same
+
+    def splits_text_the_same(self, text: str) -> bool:
+        """Whether `BYTE_LEVEL_WORDS` and the tokenizer's pre-tokenizer split `text` into the same words."""
+        theirs = [offsets for _, offsets in self.backend.pre_tokenizer.pre_tokenize_str(text)]
+        return theirs == [match.span() for match in self.words.finditer(text)]

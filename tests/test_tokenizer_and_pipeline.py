@@ -86,10 +86,53 @@ def test_the_word_cache_gives_the_tokenizers_own_ids(small_tokenizer):
     expected = small_tokenizer(texts)["input_ids"]
     assert encoder(texts) == expected
     assert encoder(texts) == expected, "again, every word from the cache"
-    assert 0 < len(encoder.word_ids) < sum(map(len, expected)) // 2, "each distinct word is encoded once"
+    cached = len(encoder.word_ids) + len(encoder.new_words)
+    assert 0 < cached < sum(map(len, expected)) // 2, "each distinct word is encoded once"
     bounded = WordCachedEncoder.for_tokenizer(small_tokenizer)
-    bounded.max_cached_words = 50
-    assert bounded(texts) == expected and len(bounded.word_ids) <= 50
+    bounded.max_cached_bytes = 20_000
+    assert bounded(texts) == expected and bounded.cached_bytes <= 20_000
+
+
+def test_a_full_word_cache_keeps_the_frequent_words_and_never_keeps_long_ones(small_tokenizer):
+    encoder = WordCachedEncoder.for_tokenizer(small_tokenizer)
+    encoder.max_cached_bytes = 30_000
+    frequent = "A man and a dog walk in the park ."
+    long_tail = [f"{frequent} Zebra{n}x{n * 7919} q{n}w" for n in range(400)]  # made-up words, each met once
+    texts = [frequent, frequent, *long_tail, "x" * 100 + " " + "9" * 80]
+    assert encoder(texts) == small_tokenizer(texts)["input_ids"]
+    assert encoder.cached_bytes <= 30_000
+    assert all(word in encoder.word_ids for word in encoder.split_words(frequent)), "the frequent words stayed"
+    assert not any(len(word) > 64 for word in [*encoder.word_ids, *encoder.new_words]), "long words are not kept"
+
+
+def test_the_word_cache_is_off_where_the_tokenizer_splits_words_otherwise(small_tokenizer, monkeypatch):
+    """A tokenizers release whose pattern changes structure (simulated: our copy groups digits by three, as GPT-4's
+    does) still splits every single character the same; the structure probes see the difference."""
+    from hf_vanilla import tokenization
+
+    grouped_digits = tokenization.BYTE_LEVEL_WORDS.replace(r" ?\d+", r" ?\d{1,3}")
+    assert grouped_digits != tokenization.BYTE_LEVEL_WORDS
+    monkeypatch.setattr(tokenization, "BYTE_LEVEL_WORDS", grouped_digits)
+    assert WordCachedEncoder.for_tokenizer(small_tokenizer) is None
+
+
+def test_a_batch_whose_first_sentences_differ_from_the_tokenizer_raises(small_tokenizer):
+    encoder = WordCachedEncoder.for_tokenizer(small_tokenizer)
+    encoder(["A dog runs.", "A dog runs."])  # "dog" met twice: a frequent word
+    encoder.word_ids[" dog"] = (5, 6, 7)  # what a divergent split would have cached
+    with pytest.raises(RuntimeError, match="other ids than the tokenizer for 'Two dogs and a dog.'"):
+        encoder(["Two dogs and a dog.", "Three cats."])
+
+
+def test_the_tokenized_cache_key_names_the_encoder_and_the_tokenizers_release(small_tokenizer, monkeypatch):
+    import tokenizers
+
+    from hf_vanilla.training.preprocessing import PairEncoder
+
+    identity = PairEncoder(small_tokenizer, None).identity
+    assert identity.startswith("WordCachedEncoder ") and identity.endswith(f"tokenizers {tokenizers.__version__}")
+    monkeypatch.setattr(tokenizers, "__version__", "99.0.0")
+    assert PairEncoder(small_tokenizer, None).identity != identity
 
 
 def test_the_word_cache_adds_what_the_post_processor_adds_and_leaves_added_tokens_to_the_tokenizer(small_tokenizer):

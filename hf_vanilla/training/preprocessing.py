@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import tokenizers
 from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -232,6 +233,13 @@ class PairEncoder:
         pieces = [self.encode_piece(batch.slice(start, ENCODE_ROWS)) for start in starts]
         return pa.concat_tables(pieces) if pieces else self.encode_piece(batch)
 
+    @property
+    def identity(self) -> str:
+        """What encodes the text, and the tokenizers release it runs on: part of the tokenized cache's key."""
+        if self.word_cache is not None:
+            return self.word_cache.identity
+        return f"tokenizer, tokenizers {tokenizers.__version__}"
+
     def encode(self, texts: list[str], as_target: bool) -> list[list[int]]:
         if self.word_cache is None:
             return encode_texts(self.tokenizer, texts, as_target)
@@ -307,6 +315,7 @@ def tokenize_corpus(
         format=CACHE_FORMAT,
         corpus={split: dataset_identity(dataset) for split, dataset in corpus.items()},
         tokenizer=tokenizer_identity(tokenizer),
+        encoder=PairEncoder(tokenizer, max_length).identity,
         max_length=max_length,
     )
     folder = cache_dir / "tokenized" / key
