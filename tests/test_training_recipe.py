@@ -50,6 +50,23 @@ def test_batches_are_reshuffled_each_epoch_but_fixed_in_number_and_content(lengt
     assert list(again) == first  # deterministic: what resumption relies on
 
 
+def test_the_sampler_epoch_check_stops_a_run_whose_batches_come_in_another_epochs_order(lengths):
+    """What a release that stopped passing `set_epoch` to the loader's dataset would do: epoch 1 in epoch 0's order."""
+    from transformers import TrainerControl, TrainerState
+
+    from hf_vanilla.training.callbacks import SamplerEpochCheck
+
+    sampler = TokenBudgetBatchSampler(np.maximum(*lengths), max_tokens=256, seed=3)
+    check, args, control = SamplerEpochCheck(sampler), None, TrainerControl()
+    next(iter(sampler))  # epoch 0's order
+    check.on_step_begin(args, TrainerState(epoch=0.5), control)  # in epoch 0: fine
+    with pytest.raises(RuntimeError, match="in epoch 1, but the batches come in the order of epoch 0"):
+        check.on_step_begin(args, TrainerState(epoch=1.0), control)
+    sampler.set_epoch(1)
+    next(iter(sampler))
+    check.on_step_begin(args, TrainerState(epoch=1.25), control)  # the epoch reached the sampler: fine
+
+
 LOADER_OPTIONS = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "multiprocessing_context"]
 
 

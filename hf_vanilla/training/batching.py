@@ -71,6 +71,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 "`max_length` so long pairs are filtered out."
             )
         self.seed, self.shuffle, self.epoch = seed, shuffle, 0
+        self.iterated_epoch: int | None = None  # the epoch whose order the last iteration visits
         self.order = length_sorted_order(lengths, seed)
         sorted_lengths = lengths[self.order]
         self.bounds = pack_by_budget(np.maximum(sorted_lengths, 1, out=sorted_lengths), max_tokens)
@@ -82,6 +83,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def __iter__(self):
+        self.iterated_epoch = self.epoch
         batches = np.arange(len(self))
         if self.shuffle:
             batches = np.random.default_rng(self.seed + self.epoch).permutation(len(self))

@@ -1,5 +1,5 @@
 """Trainer callbacks the recipe adds: CSV logs, a wall-clock budget, a clean stop on SIGTERM, a source-neglect
-alarm, and averaging of the last checkpoints."""
+alarm, a check that each epoch's batches come in that epoch's order, and averaging of the last checkpoints."""
 
 import csv
 import logging
@@ -33,6 +33,28 @@ class CsvLoggerCallback(TrainerCallback):
             for name, value in logs.items():
                 if isinstance(value, (int, float)):
                     writer.writerow([state.global_step, state.epoch, name, value])
+
+
+class SamplerEpochCheck(TrainerCallback):
+    """Stops training if the token-budget sampler visits another epoch's order than the one the Trainer is in.
+
+    The epoch reaches the sampler through the loader's dataset (`EpochSettingRows.set_epoch`), because Accelerate's
+    sampler wrappers do not pass it on; that relies on Accelerate calling the dataset's `set_epoch`. A release that
+    stops doing so would silently train every epoch in epoch 0's order: this makes it an error at the first update
+    of the next epoch."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        epoch = int(state.epoch or 0)  # an epoch's updates run while state.epoch is in [epoch, epoch + 1)
+        if self.sampler.iterated_epoch is not None and self.sampler.iterated_epoch != epoch:
+            raise RuntimeError(
+                f"The Trainer is in epoch {epoch}, but the batches come in the order of epoch "
+                f"{self.sampler.iterated_epoch}: the epoch no longer reaches the token-budget sampler through the "
+                "loader's dataset (an Accelerate or transformers release changed how set_epoch is called). Please "
+                "report it with `hf-vanilla env`."
+            )
 
 
 class StartupClock:

@@ -23,6 +23,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler
+from .callbacks import SamplerEpochCheck
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
 
@@ -130,6 +131,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
                 seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
             ),
         )
+        self.remove_callback(SamplerEpochCheck)  # the check of an earlier loader, if any
+        self.add_callback(SamplerEpochCheck(sampler))
         # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
         # number a multiple of the process count, so none is repeated to even them out).
         return self.accelerator.prepare(loader)
