@@ -78,8 +78,19 @@ def test_hf_vanilla_env_names_every_library_with_its_installed_version():
         assert str(status.installed or "-") in row and status.verdict in row
     floor, newest = range_tested("transformers")
     assert floor == Version("5.23") and newest >= floor
-    transformers_row = next(line for line in output.splitlines() if line.startswith("transformers "))
-    assert importlib.metadata.version("transformers") in transformers_row
+    # Independent truth: the installed version from the package's metadata, the floor written here, the newest
+    # tested read from the locks' own lines, and the verdict worked out here.
+    locked = [
+        Version(line.split("==")[1])
+        for lock in ("constraints.txt", "constraints-newest.txt")
+        for line in (ROOT / lock).read_text().splitlines()
+        if line.startswith("transformers==")
+    ]
+    installed = importlib.metadata.version("transformers")
+    within = Version("5.23") <= Version(installed) <= max(locked)
+    row = next(line for line in output.splitlines() if line.startswith("transformers ")).split(maxsplit=4)
+    assert row[:4] == ["transformers", installed, "5.23", str(max(locked))]
+    assert row[4] == ("in the tested range" if within else "newer than tested")
 
 
 def test_the_readme_table_of_versions_is_the_floors_and_the_lock():
