@@ -111,6 +111,49 @@ def test_the_token_budget_loader_takes_every_loader_option_the_trainer_gives_its
     ) == sorted(i for row in rows for i in row if i > 2), "every row is fetched"
 
 
+LOADER_WITH_WORKERS = """
+import json, sys
+import numpy as np
+from datasets import Dataset
+from transformers import Seq2SeqTrainingArguments
+from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+from tests.conftest import make_model
+
+rows = [[5 + i % 40, 6, 2] for i in range(24)]
+lengths = [3] * len(rows)
+dataset = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
+args = Seq2SeqTrainingArguments(output_dir=sys.argv[1], use_cpu=True, report_to=[], dataloader_num_workers=2,
+                                dataloader_persistent_workers=True, seed=11)
+loader = TokenBudgetSeq2SeqTrainer(model=make_model(), args=args, train_dataset=dataset, max_tokens=9
+                                   ).get_train_dataloader()
+epochs = []
+for epoch in range(2):
+    loader.set_epoch(epoch)  # as the Trainer starts each epoch
+    epochs.append([batch["input_ids"][:, 0].tolist() for batch in loader])
+print(json.dumps(epochs))
+"""
+
+
+def test_loader_workers_fetch_each_epochs_order_in_a_fresh_process(tmp_path):
+    """Real worker processes (persistent, two epochs) fetch the rows of the batches the sampler orders for each
+    epoch: what the workers' copy of the loader's dataset (no sampler in it) must serve. In a fresh process: workers
+    started after test_exporters.py's ONNX Runtime and OpenVINO sessions crashed the suite on an Intel Xeon."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    run = subprocess.run([sys.executable, "-c", LOADER_WITH_WORKERS, str(tmp_path)], cwd=root, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    epochs = json.loads(run.stdout.strip().splitlines()[-1])
+    sampler = TokenBudgetBatchSampler([3] * 24, max_tokens=9, seed=11)
+    for epoch, fetched in enumerate(epochs):
+        sampler.set_epoch(epoch)
+        assert fetched == [[5 + i % 40 for i in batch] for batch in sampler], epoch
+    assert epochs[0] != epochs[1]
+
+
 def test_half_precision_batches_are_padded_to_a_multiple_of_8_positions(tmp_path):
     from benchmarks.synthetic import word_level_tokenizer
     from hf_vanilla.training.recipe import seq2seq_collator
