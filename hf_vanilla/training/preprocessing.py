@@ -383,9 +383,7 @@ def read_manifest(folder: Path) -> dict | None:
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())
-    if not (isinstance(manifest, dict) and isinstance(manifest.get("splits"), dict)):
-        raise ValueError("not a JSON object of splits and file sizes")
-    if not isinstance(manifest.get("sizes"), dict):
+    if not (isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("splits", "sizes"))):
         raise ValueError("not a JSON object of splits and file sizes")
     return manifest
 
