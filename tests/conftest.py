@@ -4,6 +4,7 @@ import importlib.util
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,14 @@ from hf_vanilla.data import BUNDLED_CORPORA
 from hf_vanilla.modeling_vanilla import CACHE_FIELD
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
+
+
+def free_port() -> int:
+    """A port nothing listens on now: launches that run side by side (two CI legs, two pytest runs) must not share
+    torch.distributed's default 29500, or one's ranks join the other's rendezvous and wait out its timeout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 PAD, BOS, EOS = 0, 1, 2

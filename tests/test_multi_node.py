@@ -4,13 +4,14 @@ processes."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from .conftest import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,12 +20,6 @@ SHORT = ["--config", "configs/smoke.yaml", "--max_steps", "-1", "--num_train_epo
 SHORT += ["--save_strategy", "no", "--average_last", "0", "--max_test_examples", "8", "--report_to", "none"]
 SHORT += ["--disable_tqdm", "true", "--dataloader_num_workers", "0"]
 TIMEOUT = 600
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run_nodes(commands: list[list[str]], envs: list[dict]) -> list[str]:

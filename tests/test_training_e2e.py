@@ -21,7 +21,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler
 
-from .conftest import REMOTE_PIPELINE, run_without_hf_vanilla
+from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
 
 
@@ -194,6 +194,8 @@ def launch_two_processes(output: Path, *worker_args: str) -> list[dict]:
             "accelerate.commands.launch",
             "--config_file",
             "configs/accelerate_cpu.yaml",
+            "--main_process_port",
+            str(free_port()),
             str(WORKER),
             str(output),
             *worker_args,
@@ -288,6 +290,7 @@ def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(t
 def test_two_processes_tokenize_once_and_test_every_sentence_once(tmp_path):
     cache = tmp_path / "cache"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate_cpu.yaml"]
+    command += ["--main_process_port", str(free_port())]
     command += ["-m", "hf_vanilla", "train", "--config", "configs/smoke.yaml", "--output_dir", str(tmp_path / "run")]
     command += ["--data_cache_dir", str(cache), "--max_steps", "2", "--eval_steps", "2", "--save_steps", "2"]
     command += ["--average_last", "0", "--use_cpu", "true", "--report_to", "none"]
