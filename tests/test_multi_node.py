@@ -122,7 +122,7 @@ def test_a_resume_on_another_number_of_processes_is_refused_unless_the_epoch_res
     assert first.returncode == 0, first.stderr[-4000:]
     refused = launch(after, output, cache, "--resume_from_checkpoint", "last")
     assert refused.returncode != 0, refused.stderr[-4000:]  # 2 from the command, 1 from torchrun around it
-    message = f"checkpoint-2 was trained with the process count {before}, and this run has {after}"
+    message = f"checkpoint-2 was trained with the process count: {before}, and this run has {after}"
     assert message in refused.stderr and "--ignore_data_skip true" in refused.stderr
     restarted = launch(after, output, cache, "--resume_from_checkpoint", "last", "--ignore_data_skip", "true")
     assert restarted.returncode == 0, restarted.stderr[-4000:]

@@ -198,6 +198,7 @@ def resumable_run(output_dir: Path, pairs: int = 40, max_tokens: int = 40, **opt
         ({"max_tokens": 32}, "--max_tokens"),
         ({"seed": 4}, "--seed"),
         ({"pairs": 39}, "the training pairs"),
+        ({"gradient_accumulation_steps": 2}, "--gradient_accumulation_steps"),
     ],
 )
 def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epoch_restarts(tmp_path, change, option):

@@ -37,12 +37,15 @@ STAGING_DIR = ".incomplete-checkpoints"
 # What decided a checkpoint's batches, written into it: a resume skips that many batches of the same order.
 BATCHING_FILE = "token_budget_batching.json"
 # Each entry of that file, as the message of a refused resume names it.
+TRAINING_PAIRS = "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)"
 BATCHING_OPTIONS = {
     "processes": "the process count",
+    "gradient_accumulation_steps": "--gradient_accumulation_steps",
+    "split_batches": "Accelerate's split_batches",
     "max_tokens": "--max_tokens",
     "seed": "--seed",
-    "training_pairs": "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)",
-    "pair_lengths_sha256": "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)",
+    "training_pairs": TRAINING_PAIRS,
+    "pair_lengths_sha256": TRAINING_PAIRS,
 }
 
 
@@ -79,11 +82,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def batching(self) -> dict:
-        """What decides the training batches and their order: the pairs' lengths, the budget, the seed, the process
-        count. A resume skips the batches its checkpoint trained, by count, so each of these must be the same."""
+        """What decides the training batches, their order and how many a resume skips: the pairs' lengths, the budget,
+        the seed, the process count and how the processes deal them. The Trainer skips `global_step` times the
+        accumulation steps batches of each process, so each of these must be the same."""
         lengths = pair_lengths(self.train_dataset).astype(np.uint32)  # one type, whatever the length limit
         return {
             "processes": self.args.world_size,
+            "gradient_accumulation_steps": self.args.gradient_accumulation_steps,
+            "split_batches": self.accelerator.split_batches,
             "max_tokens": self.max_tokens,
             "seed": self.args.seed,
             "training_pairs": len(lengths),
@@ -234,8 +240,12 @@ def check_same_batching(checkpoint: Path, now: dict) -> None:
     for name, saved in saved_batching(checkpoint).items():
         if name in now and now[name] != saved:
             option = BATCHING_OPTIONS[name]
+            # a digest says nothing to a reader: say what differs
+            changed = (
+                "pairs of other lengths" if name == "pair_lengths_sha256" else f"{saved}, and this run has {now[name]}"
+            )
             raise ValueError(
-                f"{checkpoint} was trained with {option} {saved}, and this run has {now[name]}: the batches the "
+                f"{checkpoint} was trained with {option}: {changed}. The batches the "
                 f"resume would skip are not the ones it trained. Resume with {option} as it was, or add "
                 "--ignore_data_skip true to restart the current epoch from its first batch (its pairs trained before "
                 "the checkpoint are seen again)."
