@@ -140,13 +140,16 @@ def reversal_batch(generator: torch.Generator, rows: int = 32) -> tuple[torch.Te
 
 
 def unreversed_sources(model, sources: list[list[int]]) -> int:
-    """How many of `sources` the model's greedy and beam-4 translations fail to reverse."""
+    """How many of `sources` the model's greedy and beam-4 translations fail to reverse: one padded batch per decoding
+    (a batch decodes as its rows one by one: `test_properties.py`), each row read up to its first EOS."""
+    input_ids, attention_mask = padded_batch([ids + [EOS] for ids in sources])
     wrong = 0
-    for ids in sources:
-        source = torch.tensor([ids + [EOS]])
-        for num_beams in (1, 4):
-            out = model.generate(input_ids=source, num_beams=num_beams, max_new_tokens=10, do_sample=False)
-            wrong += out[0, 1:].tolist() != ids[::-1] + [EOS]
+    for num_beams in (1, 4):
+        out = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10, do_sample=False
+        )
+        for ids, row in zip(sources, out[:, 1:].tolist(), strict=True):
+            wrong += row[: row.index(EOS) + 1 if EOS in row else None] != ids[::-1] + [EOS]
     return wrong
 
 
