@@ -1,5 +1,7 @@
 """A user's mistake at the command line gets one line, `hf-vanilla COMMAND: error: what and the fix`, exit status 2,
-no traceback; `--debug` or HF_VANILLA_DEBUG=1 shows the traceback. Each case runs the real command."""
+no traceback; `--debug` or HF_VANILLA_DEBUG=1 shows the traceback. Each mistake runs the command's `main` in this
+process (what `python -m hf_vanilla` and the `hf-vanilla` script call); the traceback test runs the real executable,
+as a user does, and sees the status and the last line there too."""
 
 import os
 import subprocess
@@ -66,18 +68,26 @@ CASES = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_a_mistake_gets_one_line_and_status_2(places, case):
+def test_a_mistake_gets_one_line_and_status_2(places, case, capsys, monkeypatch):
+    from hf_vanilla.commands import main
+
+    monkeypatch.delenv("HF_VANILLA_DEBUG", raising=False)
     args, command, message = CASES[case]
-    result = hf_vanilla(*[arg.format(p=places) for arg in args])
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
+    with pytest.raises(SystemExit) as mistake:
+        main([arg.format(p=places) for arg in args])
+    stderr = capsys.readouterr().err
+    assert mistake.value.code == 2, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"hf-vanilla {command}: error: ") and message.format(p=places) in last, last
 
 
 def test_debug_shows_the_traceback(places):
     missing = str(places / "no_model")
+    plain = hf_vanilla("translate", missing)
+    last = plain.stderr.strip().splitlines()[-1]
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert last.startswith("hf-vanilla translate: error: "), last
     assert "Traceback" in hf_vanilla("--debug", "translate", missing).stderr
     assert "Traceback" in hf_vanilla("translate", missing, env={"HF_VANILLA_DEBUG": "1"}).stderr

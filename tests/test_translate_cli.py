@@ -210,7 +210,11 @@ def test_every_engine_gives_the_pytorch_translations_line_for_line(reversal_expo
     assert best == [line.split("\t")[0] for line in expected]
 
 
-def test_options_an_engine_cannot_honour_are_refused(reversal_exports, tmp_path):
+def test_options_an_engine_cannot_honour_are_refused(reversal_exports, tmp_path, capsys):
+    # In this process: each refusal comes before a model is loaded (`test_cli_errors.py` runs the command's exit
+    # status and one-line message in a subprocess).
+    from hf_vanilla.commands import main
+
     onnx, pytorch = str(reversal_exports["onnx"]), str(reversal_exports["pytorch"])
     for args, message in [
         (
@@ -224,5 +228,7 @@ def test_options_an_engine_cannot_honour_are_refused(reversal_exports, tmp_path)
             for option, value in (("--top-k", "5"), ("--temperature", "0.7"))
         ),
     ]:
-        result = translate_command("translate", *args, stdin=b"t5 t6\n")
-        assert result.returncode == 2 and message in result.stderr.decode(), result.stderr[-2000:]
+        with pytest.raises(SystemExit) as refused:
+            main(["translate", *args])
+        stderr = capsys.readouterr().err
+        assert refused.value.code == 2 and message in stderr and stderr.count("\n") == 1, stderr[-2000:]
