@@ -1,5 +1,5 @@
 """Translate standard input with a saved model through the remote code in its folder, as a Python without
-hf_vanilla does: `pipeline("translation", model=FOLDER, trust_remote_code=True)`, one sentence a call.
+hf_vanilla does: `pipeline("translation", model=FOLDER, trust_remote_code=True)`, in batches of 64 sentences.
 
     python .ci/translate_remote_code.py FOLDER < source.txt > translations.txt
 """
@@ -13,5 +13,5 @@ from transformers import pipeline  # noqa: E402
 
 
 translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
-for line in sys.stdin.read().splitlines():
-    print(translator(line)[0]["translation_text"])
+for translation in translator(sys.stdin.read().splitlines(), batch_size=64):
+    print(translation["translation_text"])
