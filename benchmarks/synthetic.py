@@ -15,9 +15,10 @@ PRESETS = {
 }
 
 
-def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.nn.Module]:
-    """{"ours": ..., "marian": ...}: a random MarianMT model and ours converted from it, in eval mode."""
-    shape = PRESETS[preset]
+def build_models(preset: str | dict, device: str, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.nn.Module]:
+    """{"ours": ..., "marian": ...}: a random MarianMT model and ours converted from it, in eval mode. `preset` is a
+    name in `PRESETS` or a shape of the same keys (and optionally `dropout`, 0.1 if absent)."""
+    shape = PRESETS[preset] if isinstance(preset, str) else preset
     config = MarianConfig(
         vocab_size=shape["vocab"],
         d_model=shape["d_model"],
@@ -33,7 +34,7 @@ def build_models(preset: str, device: str, dtype: torch.dtype, seed: int = 0) ->
         pad_token_id=0,
         eos_token_id=2,
         decoder_start_token_id=1,
-        dropout=0.1,
+        dropout=shape.get("dropout", 0.1),
         attn_implementation="sdpa",
     )
     torch.manual_seed(seed)

@@ -1,10 +1,17 @@
 """The benchmark compares like with like: the same function, the same tokens, and a memory figure that is real."""
 
+from itertools import islice
+
+import pytest
 import torch
+from transformers import Seq2SeqTrainingArguments
 
 from benchmarks.benchmark import Measurement, markdown_table
 from benchmarks.memory import peak_rss_increase
 from benchmarks.synthetic import build_models, generation_runs, source_batch
+from benchmarks.training_step import MULTI30K, RECIPE, multi30k_pairs, trainer_for, update_steps
+from hf_vanilla.text_files import stream_lines
+from hf_vanilla.tokenization import train_bpe_tokenizer
 
 
 def test_both_models_generate_the_same_tokens():
@@ -12,6 +19,22 @@ def test_both_models_generate_the_same_tokens():
     for mixed, beams in ((False, 1), (True, 4)):
         runs = generation_runs(models, source_batch(4, 12, 8000, "cpu", mixed), 8, beams)
         assert torch.equal(runs["ours"](), runs["marian"]())
+
+
+def test_both_trainers_make_the_same_updates_on_the_same_batches(tmp_path):
+    """The training-step benchmark times the same computation: without dropout, our trainer (the model's chunked
+    label-smoothed loss) and Marian's (the library's LabelSmoother over its logits) give the same loss at each of
+    three updates, so the gradients, clipping and AdamW steps between them agree too."""
+    tokenizer = train_bpe_tokenizer(islice(stream_lines(MULTI30K / "train.en.gz"), 2000), 400, show_progress=False)
+    shape = dict(d_model=32, layers=2, heads=2, ffn=64, vocab=len(tokenizer), dropout=0.0)
+    models = build_models(shape, "cpu", torch.float32)
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **RECIPE)
+    dataset = multi30k_pairs(tokenizer, pairs=300)
+    trainers = {name: trainer_for(model, tokenizer, dataset, args) for name, model in models.items()}
+    batches = list(islice(trainers["ours"].get_train_dataloader(), 3))
+    losses = {name: update_steps(trainer, batches)() for name, trainer in trainers.items()}
+    assert losses["ours"] == pytest.approx(losses["marian"], rel=1e-5)
+    assert losses["ours"][0] != losses["ours"][2]  # the updates changed the weights
 
 
 def test_report_ratio_and_direction():
