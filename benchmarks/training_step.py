@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import yaml
 from datasets import Dataset
 from transformers import Seq2SeqTrainingArguments
 
@@ -36,25 +37,23 @@ from hf_vanilla.training.recipe import seq2seq_collator
 
 
 MULTI30K = ROOT / "hf_vanilla" / "corpora" / "multi30k"
-# The models' shapes: the main job's (configs/quickstart_model.json) and the paper's base; the vocabulary is the BPE's.
+QUICKSTART = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+QUICKSTART_MODEL = json.loads((ROOT / QUICKSTART["model_config"]).read_text())
+# The models' shapes: the main job's and the paper's base; the vocabulary is the BPE's.
 SHAPES = {
-    "quickstart": dict(d_model=128, layers=4, heads=4, ffn=256),
+    "quickstart": dict(
+        d_model=QUICKSTART_MODEL["d_model"],
+        layers=QUICKSTART_MODEL["encoder_layers"],
+        heads=QUICKSTART_MODEL["encoder_attention_heads"],
+        ffn=QUICKSTART_MODEL["encoder_ffn_dim"],
+    ),
     "base": dict(d_model=512, layers=6, heads=8, ffn=2048),
 }
-# The main job's settings (configs/quickstart.yaml) that decide what a step computes.
-RECIPE = dict(
-    label_smoothing_factor=0.1,
-    learning_rate=2e-3,
-    lr_scheduler_type="inverse_sqrt",
-    warmup_steps=400,
-    weight_decay=0.0,
-    adam_beta1=0.9,
-    adam_beta2=0.98,
-    adam_epsilon=1e-9,
-    seed=1,
-    dataloader_num_workers=0,
-)
-VOCAB_SIZE, MAX_TOKENS = 8000, 2048
+# The main job's settings that decide what an update computes, as configs/quickstart.yaml gives them.
+RECIPE_KEYS = ["label_smoothing_factor", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay"]
+RECIPE_KEYS += ["adam_beta1", "adam_beta2", "adam_epsilon", "seed", "dataloader_num_workers"]
+RECIPE = {key: QUICKSTART[key] for key in RECIPE_KEYS}
+VOCAB_SIZE, MAX_TOKENS = QUICKSTART["vocab_size"], QUICKSTART["max_tokens"]
 
 
 def multi30k_pairs(tokenizer, pairs: int) -> Dataset:
@@ -202,7 +201,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10, help="updates per timed call")
-    parser.add_argument("--optim", default="adamw_torch", help="the Trainer's optimizer, for both models")
+    parser.add_argument("--optim", default=QUICKSTART["optim"], help="the Trainer's optimizer, for both models")
     parser.add_argument("--json", help="write the results here (docs/results/...)")
     args = parser.parse_args()
     results = []
