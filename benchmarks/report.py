@@ -291,6 +291,15 @@ def render_transformers_releases(name: str = "transformers-releases-cpu.json") -
     return markdown_table(document) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_training_step(*names: str) -> str:
+    """The Trainer's update, ours against Marian in the same run: one row per shape and optimizer."""
+    from benchmarks.training_step import table
+
+    documents = {name: load(name) for name in names}
+    rows = table([result for document in documents.values() for result in document["results"]])
+    return rows + "\n\n" + " ".join(provenance(document, name) for name, document in documents.items()) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "bf16": render_bf16,
     "engines": render_engines,
@@ -303,6 +312,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
+    "training-step": functools.partial(
+        render_training_step, "training-step-cpu.json", "training-step-fused-adamw-cpu.json"
+    ),
     "transformers-releases": render_transformers_releases,
 }
 
