@@ -19,7 +19,6 @@ import itertools
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 
 import torch
@@ -28,7 +27,7 @@ from datasets import Dataset
 from transformers import Seq2SeqTrainingArguments
 
 from benchmarks import ROOT, markdown, record
-from benchmarks.benchmark import alternate
+from benchmarks.benchmark import alternate, timed
 from benchmarks.synthetic import build_models
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
@@ -105,14 +104,8 @@ def matmul_gflops(threads: int, size: int = 2048, repeats: int = 5) -> float:
     """The best float32 matmul rate of `repeats` on this machine's `threads`: the step's ceiling."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
-    best = min(timed_call(lambda: a @ b) for _ in range(repeats))
+    best = min(timed(lambda: a @ b, "cpu") for _ in range(repeats))
     return 2 * size**3 / best / 1e9
-
-
-def timed_call(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def flops_of(fn: Callable[[], None]) -> int:
