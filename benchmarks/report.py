@@ -56,20 +56,26 @@ def _mib(run: dict, key: str, role: str) -> str:
     return "" if value is None else str(value)
 
 
+def _corpus(result: dict) -> str:
+    return result.get("corpus", "multi30k-words")  # results from before the long-tail corpus name none
+
+
 def render_scale(name: str = "scale-cpu.json") -> str:
     """The scale benchmark: per commit, corpus size and process count, the cold start and its stages, restarts,
     peak anonymous memory per process, cache sizes and the cgroup limit where one was set."""
     document = load(name)
-    header = ["commit", "pairs", "processes", "cold start to the 1st update", "reading", "BPE (sample)", "tokenizing"]
+    header = ["commit", "corpus", "pairs", "processes", "cold start to the 1st update", "reading", "BPE (sample)"]
+    header += ["tokenizing"]
     header += ["batches", "restart", "second run", "peak anonymous MiB, rank 0", "rank 1", "tokenizing workers"]
     header += ["raw / tokenized cache (MB)", "cgroup limit: peak use, OOM kills"]
     rows = []
-    for result in sorted(document["results"], key=lambda r: (r["pairs"], r["processes"], r["commit"])):
+    for result in sorted(document["results"], key=lambda r: (r["pairs"], r["processes"], _corpus(r), r["commit"])):
         cold = result["cold"]
         workers = [value for role, value in cold["peak_anonymous_mib"].items() if role.startswith("workers")]
         limit = cold.get("memory_limit")
         cells = [
             result["commit"][:7],
+            _corpus(result),
             f"{result['pairs']:,}",
             str(result["processes"]),
             _seconds(cold),
@@ -310,6 +316,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "translate-memory": render_translate_memory,
     "scale": render_scale,
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
+    "scale-long-tail": functools.partial(render_scale, "scale-long-tail-cpu.json"),
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
     "training-step": functools.partial(

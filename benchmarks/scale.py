@@ -21,6 +21,7 @@ the machine: it measures wall time.
 """
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -43,20 +44,75 @@ TRAINING = ["--config", "configs/quickstart.yaml", "--max_eval_examples", "16", 
 TRAINING += ["--average_last", "0", "--report_to", "none", "--max_train_minutes", "60", "--disable_tqdm", "true"]
 
 
-def write_corpus(folder: Path, pairs: int, seed: int = 0) -> None:
-    """`train.{en,de}`: `pairs` lines, each two random Multi30k training pairs joined; `val`/`test2016` copied."""
+CORPORA = {
+    "multi30k-words": "two Multi30k pairs joined a line (Multi30k's ~20k word types)",
+    "long-tail": "the same with made-up names, numbers and compounds from a Zipf law over millions of types",
+}
+# The long tail: made-up types drawn by a Zipf law over LONG_TAIL_TYPES ranks, as WMT's names, numbers and compounds.
+LONG_TAIL_TYPES = 3_000_000
+LONG_TAIL_ZIPF = 1.1
+LONG_TAIL_WORDS_PER_LINE = 3
+SYLLABLES = "ka lo mi ren sto vik ha dor el bru sen tal qui ma zo fer ung lis pa rok ne dal iv osk".split()
+
+
+def long_tail_word(rank: int, german_words: list[str]) -> str:
+    """Type `rank` of the long tail: a name of syllables, a number, or a German compound of two Multi30k words, in
+    turn (each kind a third of the types and of the draws)."""
+    index, kind = divmod(rank, 3)
+    if kind == 0:
+        digits = []
+        while True:
+            index, digit = divmod(index, len(SYLLABLES))
+            digits.append(SYLLABLES[digit])
+            if index == 0:
+                return "".join(digits).capitalize()
+    if kind == 1:
+        return f"{index * 7919 % 10**7:,}" if index % 2 else str(index * 104729 % 10**9)
+    first, second = index * 2654435761 % len(german_words), index * 40503 % len(german_words)
+    return german_words[first] + german_words[second].lower()
+
+
+def joined_lines(english: np.ndarray, german: np.ndarray, count: int, rng: np.random.Generator) -> tuple[list, list]:
+    first, second = (rng.integers(0, len(english), count) for _ in range(2))
+    joined_english = [f"{a} {b}" for a, b in zip(english[first], english[second], strict=True)]
+    joined_german = [f"{a} {b}" for a, b in zip(german[first], german[second], strict=True)]
+    return joined_english, joined_german
+
+
+def insert_long_tail(lines: list[str], words: list[list[str]], positions: np.ndarray) -> list[str]:
+    """Each line with its made-up words put in at the same word position on both sides (names and numbers are
+    copied by a translation)."""
+    inserted = []
+    for line, line_words, position in zip(lines, words, positions, strict=True):
+        split = line.split(" ")
+        at = position % (len(split) + 1)
+        inserted.append(" ".join(split[:at] + line_words + split[at:]))
+    return inserted
+
+
+def write_corpus(folder: Path, pairs: int, long_tail: bool = False, seed: int = 0) -> None:
+    """`train.{en,de}`: `pairs` lines, each two random Multi30k training pairs joined (and with `long_tail`,
+    LONG_TAIL_WORDS_PER_LINE made-up words drawn from the long tail in each pair); `val`/`test2016` copied."""
     multi30k, _ = BUNDLED_CORPORA["multi30k"]
     if (folder / "done").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
     english = np.array(list(stream_lines(multi30k / "train.en.gz")), dtype=object)
     german = np.array(list(stream_lines(multi30k / "train.de.gz")), dtype=object)
+    german_words = sorted({word for line in german for word in line.split() if word.isalpha() and len(word) > 3})
     rng = np.random.default_rng(seed)
     with open(folder / "train.en", "w") as en, open(folder / "train.de", "w") as de:
         for start in range(0, pairs, 100_000):
-            first, second = (rng.integers(0, len(english), min(100_000, pairs - start)) for _ in range(2))
-            en.write("".join(f"{a} {b}\n" for a, b in zip(english[first], english[second], strict=True)))
-            de.write("".join(f"{a} {b}\n" for a, b in zip(german[first], german[second], strict=True)))
+            count = min(100_000, pairs - start)
+            english_lines, german_lines = joined_lines(english, german, count, rng)
+            if long_tail:
+                ranks = (rng.zipf(LONG_TAIL_ZIPF, (count, LONG_TAIL_WORDS_PER_LINE)) - 1) % LONG_TAIL_TYPES
+                words = [[long_tail_word(rank, german_words) for rank in row] for row in ranks.tolist()]
+                positions = rng.integers(0, 1 << 30, count)
+                english_lines = insert_long_tail(english_lines, words, positions)
+                german_lines = insert_long_tail(german_lines, words, positions)
+            en.write("".join(f"{line}\n" for line in english_lines))
+            de.write("".join(f"{line}\n" for line in german_lines))
     for split in ("val", "test2016"):
         for language in ("en", "de"):
             shutil.copy(multi30k / f"{split}.{language}.gz", folder / f"{split}.{language}.gz")
@@ -201,10 +257,11 @@ def measure(
     restarts: bool,
     memory_limit_gib: float | None = None,
     checkout: Path = ROOT,
+    corpus: str = "multi30k-words",
 ) -> dict:
-    data = work / f"corpus-{size}"
-    write_corpus(data, size)
-    run = work / f"run-{size}-{processes}p"
+    data = work / f"corpus-{corpus}-{size}"
+    write_corpus(data, size, long_tail=corpus == "long-tail")
+    run = work / f"run-{corpus}-{size}-{processes}p"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     env = {
@@ -217,7 +274,7 @@ def measure(
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
     cache = run / "hf-vanilla-cache"
     steps = ["--max_steps", "3", "--save_steps", "3"]
-    result = {"pairs": size, "processes": processes, "commit": commit_of(checkout)}
+    result = {"corpus": corpus, "pairs": size, "processes": processes, "commit": commit_of(checkout)}
     limit = MemoryLimit(memory_limit_gib * processes) if memory_limit_gib else None
     cold = train_command(processes, data, run / "out", cache, *steps)
     result["command"] = " ".join(cold)
@@ -247,19 +304,22 @@ def plot(results: list[dict], path: Path) -> None:
 
     figure = Figure(figsize=(12, 4.5))
     time_axes, memory_axes = figure.subplots(1, 2)
-    for commit in sorted({r["commit"] for r in results}):
-        for processes in sorted({r["processes"] for r in results}):
-            rows = [r for r in results if r["processes"] == processes and r["commit"] == commit]
-            rows.sort(key=lambda r: r["pairs"])
-            sizes, label = [r["pairs"] for r in rows], f"{commit[:7]}, {processes}p"
-            time_axes.plot(sizes, [r["cold"]["wall_to_first_update_s"] for r in rows], "o-", label=f"cold, {label}")
-            restarted = [r for r in rows if "restart" in r]
-            if restarted:
-                restart_times = [r["restart"]["wall_to_first_update_s"] for r in restarted]
-                time_axes.plot([r["pairs"] for r in restarted], restart_times, "s--", label=f"restart, {label}")
-            for rank in range(processes):
-                peaks = [r["cold"]["peak_anonymous_mib"].get(f"rank {rank}", np.nan) / 1024 for r in rows]
-                memory_axes.plot(sizes, peaks, "o-", label=f"{label}, rank {rank}, anonymous")
+
+    def curve(result: dict) -> tuple:
+        return result["commit"], result["processes"], result.get("corpus", "multi30k-words")
+
+    for commit, processes, corpus in sorted({curve(r) for r in results}):
+        rows = [r for r in results if curve(r) == (commit, processes, corpus)]
+        rows.sort(key=lambda r: r["pairs"])
+        sizes, label = [r["pairs"] for r in rows], f"{commit[:7]}, {corpus}, {processes}p"
+        time_axes.plot(sizes, [r["cold"]["wall_to_first_update_s"] for r in rows], "o-", label=f"cold, {label}")
+        restarted = [r for r in rows if "restart" in r]
+        if restarted:
+            restart_times = [r["restart"]["wall_to_first_update_s"] for r in restarted]
+            time_axes.plot([r["pairs"] for r in restarted], restart_times, "s--", label=f"restart, {label}")
+        for rank in range(processes):
+            peaks = [r["cold"]["peak_anonymous_mib"].get(f"rank {rank}", np.nan) / 1024 for r in rows]
+            memory_axes.plot(sizes, peaks, "o-", label=f"{label}, rank {rank}, anonymous")
     time_axes.axhline(360, color="grey", lw=0.8)
     time_axes.axhline(30, color="grey", lw=0.8)
     memory_axes.axhline(1, color="grey", lw=0.8)
@@ -278,6 +338,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[30_000, 450_000, 4_500_000], help="none: only plot")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--corpora", nargs="+", choices=CORPORA, default=["multi30k-words"], help="; ".join(CORPORA.values())
+    )
     parser.add_argument("--no-restarts-above", type=int, default=None, help="skip restarts for larger corpora")
     parser.add_argument(
         "--memory-limit-gib", type=float, help="run the cold start in a cgroup of this much memory per process"
@@ -297,13 +360,14 @@ def main() -> None:
     for size in args.sizes:
         for processes in args.processes:
             restarts = args.no_restarts_above is None or size <= args.no_restarts_above
-            for checkout in checkouts:  # back to back, so a drift of the machine's speed hits every path alike
-                result = measure(size, processes, args.work, restarts, args.memory_limit_gib, checkout)
+            # back to back, so a drift of the machine's speed hits every corpus and path alike
+            for corpus, checkout in itertools.product(args.corpora, checkouts):
+                result = measure(size, processes, args.work, restarts, args.memory_limit_gib, checkout, corpus)
                 print(json.dumps(result), flush=True)
                 results.append(result)
 
     def key(result: dict) -> tuple:
-        return result["pairs"], result["processes"], result["commit"]
+        return result.get("corpus", "multi30k-words"), result["pairs"], result["processes"], result["commit"]
 
     kept = [r for r in previous if key(r) not in {key(n) for n in results}]
     everything = sorted(kept + results, key=key)
