@@ -10,7 +10,7 @@ from hf_vanilla.library_hooks import MODEL_METHODS, TRAINER_METHODS, compile_on_
 from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
 
 
-def test_the_trainer_methods_overridden_for_atomic_checkpoints_are_still_the_librarys():
+def test_the_trainer_methods_overridden_are_still_the_librarys():
     for name, parameters in TRAINER_METHODS.items():
         assert hasattr(Seq2SeqTrainer, name), f"transformers no longer has Trainer.{name}: see library_hooks.py"
         library = list(inspect.signature(getattr(Seq2SeqTrainer, name)).parameters)
@@ -19,6 +19,10 @@ def test_the_trainer_methods_overridden_for_atomic_checkpoints_are_still_the_lib
     # The staging folder works only while the library's save writes where `_get_output_dir` says.
     assert "self._get_output_dir(" in inspect.getsource(Trainer._save_checkpoint), (
         "Trainer._save_checkpoint no longer asks _get_output_dir where to write: see library_hooks.py"
+    )
+    # A resume starts where `_init_training_state` says: the epoch, and the batches of it to skip.
+    assert "= self._init_training_state(" in inspect.getsource(Trainer._inner_training_loop), (
+        "Trainer._inner_training_loop no longer asks _init_training_state where to resume: see library_hooks.py"
     )
 
 

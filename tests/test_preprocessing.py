@@ -145,26 +145,72 @@ def test_vectorised_packing_equals_the_one_pair_at_a_time_loop():
     assert list(sampler) == greedy_reference(lengths, order, 1000)
 
 
-@pytest.mark.parametrize("processes", [2, 3, 8])
-def test_batches_split_between_processes_see_every_pair_once(processes):
+@pytest.mark.parametrize("processes, accumulation", [(2, 1), (3, 1), (8, 1), (3, 2)])
+def test_batches_split_between_processes_see_every_pair_once(processes, accumulation):
     rng = np.random.default_rng(processes)
     sources, targets = rng.integers(1, 60, 1001), rng.integers(1, 60, 1001)
     lengths = np.maximum(sources, targets)
-    sampler = TokenBudgetBatchSampler(lengths, max_tokens=256, seed=2, num_shards=processes)
-    assert len(sampler) % processes == 0
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=256, seed=2, batches_per_update=processes * accumulation)
+    assert len(sampler) % (processes * accumulation) == 0
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         # Accelerate's own sharding, as `accelerator.prepare` applies it to the training loader
         per_rank = [list(BatchSamplerShard(sampler, processes, rank)) for rank in range(processes)]
-        assert len({len(batches) for batches in per_rank}) == 1, "every process makes the same number of steps"
+        assert {len(batches) for batches in per_rank} == {len(sampler) // processes}, "the same steps everywhere"
         seen = sorted(i for batches in per_rank for batch in batches for i in batch)
         assert seen == list(range(1001)), "no pair twice, none lost"
         assert all(len(b) * lengths[b].max() <= 256 for batches in per_rank for b in batches)
 
 
+def global_pairs(lengths: np.ndarray, epoch: int) -> list[int]:
+    """An epoch's pairs in their global order: what one process taking one batch an update visits (no batch cut)."""
+    alone = TokenBudgetBatchSampler(lengths, max_tokens=200, seed=1)
+    alone.set_epoch(epoch)
+    return [pair for batch in alone for pair in batch]
+
+
+@pytest.mark.parametrize("before, after", [(4, 1), (4, 6), (1, 4), (6, 7)])
+def test_a_resume_with_another_update_size_continues_the_global_order_exactly(before, after):
+    """Stopped after any whole update of a run taking `before` batches an update, a sampler taking `after` resumes at
+    the recorded pairs: the pairs it gives are the rest of the epoch's global order, none twice, none lost, every
+    update full. The pair sequence is the same whatever the update size, so the tails' cuts never reorder it."""
+    lengths = np.random.default_rng(7).integers(1, 50, 700)
+    first = TokenBudgetBatchSampler(lengths, max_tokens=200, seed=1, batches_per_update=before)
+    first.set_epoch(2)
+    order = global_pairs(lengths, 2)
+    stream = list(first)
+    assert [pair for batch in stream for pair in batch] == order
+    for updates in range(1, len(stream) // before):
+        pairs_done = first.pairs_in(2, updates * before)
+        assert pairs_done == sum(map(len, stream[: updates * before]))
+        resumed = TokenBudgetBatchSampler(lengths, max_tokens=200, seed=1, batches_per_update=after)
+        resumed.resume(2, pairs_done)
+        resumed.set_epoch(2)
+        rest = list(resumed)
+        assert len(rest) % after == 0
+        assert [pair for batch in rest for pair in batch] == order[pairs_done:]
+        resumed.set_epoch(3)  # the next epoch is whole again
+        assert [pair for batch in resumed for pair in batch] == global_pairs(lengths, 3)
+
+
+def test_an_epoch_whose_last_batches_hold_too_few_pairs_cuts_whole_updates_more():
+    # 5 batches of 1 long pair each, then batches of many short ones: 4 batches an update leave the last batch
+    # (1 pair, in sorted order without shuffling) alone in its update, too few pairs for 4 pieces.
+    lengths = np.array([10] * 40 + [100] * 5)
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=100, shuffle=False, batches_per_update=4)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) and len(batches) % 4 == 0
+    assert [pair for batch in batches for pair in batch] == sampler.order.tolist()
+    assert all(batch for batch in batches)
+
+
 def test_more_processes_than_pairs_can_fill_is_a_clear_error():
     with pytest.raises(ValueError, match="too few training pairs for this many processes"):
-        TokenBudgetBatchSampler([5], max_tokens=64, num_shards=2)
+        TokenBudgetBatchSampler([5], max_tokens=64, batches_per_update=2)
+    sampler = TokenBudgetBatchSampler([5] * 8, max_tokens=10, shuffle=False, batches_per_update=4)
+    sampler.resume(0, 6)  # 2 pairs left for an update of 4 batches
+    with pytest.raises(ValueError, match="The 2 pairs left in epoch 0 cannot fill an update of 4 batches"):
+        list(sampler)
 
 
 def test_the_sampler_keeps_one_int32_index_per_pair_and_no_python_lists():

@@ -1,5 +1,7 @@
 """The pieces the training recipe adds to Seq2SeqTrainer, each against an independent truth."""
 
+import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -50,21 +52,43 @@ def test_batches_are_reshuffled_each_epoch_but_fixed_in_number_and_content(lengt
     assert list(again) == first  # deterministic: what resumption relies on
 
 
-def test_the_sampler_epoch_check_stops_a_run_whose_batches_come_in_another_epochs_order(lengths):
+def test_the_epoch_check_stops_a_run_whose_batches_come_in_another_epochs_order(lengths):
     """What a release that stopped passing `set_epoch` to the loader's dataset would do: epoch 1 in epoch 0's order."""
     from transformers import TrainerControl, TrainerState
 
-    from hf_vanilla.training.callbacks import SamplerEpochCheck
+    from hf_vanilla.training.callbacks import EpochPosition
 
     sampler = TokenBudgetBatchSampler(np.maximum(*lengths), max_tokens=256, seed=3)
-    check, args, control = SamplerEpochCheck(sampler), None, TrainerControl()
+    position, args, control, state = EpochPosition(sampler), None, TrainerControl(), TrainerState()
+    position.on_epoch_begin(args, state, control)  # the Trainer's epoch 0
     next(iter(sampler))  # epoch 0's order
-    check.on_step_begin(args, TrainerState(epoch=0.5), control)  # in epoch 0: fine
+    position.on_step_begin(args, state, control)  # fine
+    position.on_epoch_begin(args, state, control)  # the Trainer's epoch 1, and the sampler was not told
     with pytest.raises(RuntimeError, match="in epoch 1, but the batches come in the order of epoch 0"):
-        check.on_step_begin(args, TrainerState(epoch=1.0), control)
+        position.on_step_begin(args, state, control)
     sampler.set_epoch(1)
     next(iter(sampler))
-    check.on_step_begin(args, TrainerState(epoch=1.25), control)  # the epoch reached the sampler: fine
+    position.on_step_begin(args, state, control)  # the epoch reached the sampler: fine
+
+
+def test_the_epoch_position_counts_pairs_of_the_global_order_and_the_trainers_epoch(lengths):
+    from transformers import TrainerControl, TrainerState
+
+    from hf_vanilla.training.callbacks import EpochPosition
+
+    sampler = TokenBudgetBatchSampler(np.maximum(*lengths), max_tokens=256, seed=3, batches_per_update=3)
+    sampler.resume(1, 100)  # a checkpoint in epoch 1 after 100 pairs
+    position, args, control, state = EpochPosition(sampler), None, TrainerControl(), TrainerState(global_step=40)
+    position.on_epoch_begin(args, state, control)
+    sampler.set_epoch(1)
+    batches = list(sampler)
+    state.global_step = 42  # two updates of 3 batches
+    position.on_step_end(args, state, control)
+    assert position.position() == (1, 100 + sum(map(len, batches[:6])))
+    assert 1 < state.epoch < 2
+    state.global_step = 40 + len(batches) // 3  # the epoch's last update
+    position.on_step_end(args, state, control)
+    assert position.position() == (2, 0) and state.epoch == 2.0
 
 
 LOADER_OPTIONS = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "multiprocessing_context"]
@@ -198,7 +222,6 @@ def resumable_run(output_dir: Path, pairs: int = 40, max_tokens: int = 40, **opt
         ({"max_tokens": 32}, "--max_tokens"),
         ({"seed": 4}, "--seed"),
         ({"pairs": 39}, "the training pairs"),
-        ({"gradient_accumulation_steps": 2}, "--gradient_accumulation_steps"),
     ],
 )
 def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epoch_restarts(tmp_path, change, option):
@@ -216,6 +239,20 @@ def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epo
     same = resumable_run(tmp_path, max_steps=4)
     same.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # the same batches: resumed
     assert same.state.global_step == 4
+
+
+def test_a_resume_with_other_accumulation_goes_on_in_the_global_order_and_says_how_updates_changed(tmp_path, caplog):
+    resumable_run(tmp_path).train()  # 2 updates of 1 batch
+    resumed = resumable_run(tmp_path, max_steps=3, gradient_accumulation_steps=2)
+    with caplog.at_level(logging.WARNING, logger="hf_vanilla.training.trainer"):
+        resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 3
+    assert "An update now takes 2 batches (1 process(es) x 2 accumulation step(s), up to 80 tokens)" in caplog.text
+    # 2 batches, then 2 more in the third update: the first 4 of epoch 0's global order
+    saved = json.loads((tmp_path / "checkpoint-3" / "token_budget_batching.json").read_text())
+    lengths = [len(row) for row in resumed.train_dataset["input_ids"]]
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=40, seed=3)
+    assert (saved["epoch"], saved["pairs_done"]) == (0, sum(len(batch) for batch in list(sampler)[:4]))
 
 
 def test_a_pair_over_the_budget_is_an_error():

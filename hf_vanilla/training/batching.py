@@ -32,27 +32,31 @@ def length_sorted_order(lengths: np.ndarray, seed: int) -> np.ndarray:
     return shuffled[keys]
 
 
-def split_largest_batches(bounds: np.ndarray, count: int) -> np.ndarray:
-    """`bounds` with the `count` batches of most pairs each cut in two (every half still fits the budget)."""
-    sizes = np.diff(bounds)
-    largest = np.argsort(-sizes, kind="stable")[:count]
-    if count > len(sizes) or sizes[largest].min(initial=2) < 2:
-        raise ValueError(
-            f"Cannot split {len(sizes)} batches into a number divisible by the process count: too few training "
-            "pairs for this many processes; use fewer processes or more data."
-        )
-    return np.sort(np.concatenate([bounds, bounds[largest] + sizes[largest] // 2]))
+def halve_largest(pieces: list[list[int]], count: int) -> list[list[int]]:
+    """`pieces` ([batch, first, end] ranges of batches, in order) cut into `count`, by halving the piece of most pairs
+    until there are that many; every half keeps its place in the order and still fits the budget."""
+    pieces = [list(piece) for piece in pieces]
+    while len(pieces) < count:
+        largest = max(range(len(pieces)), key=lambda i: pieces[i][2] - pieces[i][1])
+        batch, first, end = pieces[largest]
+        middle = first + (end - first) // 2
+        pieces[largest : largest + 1] = [[batch, first, middle], [batch, middle, end]]
+    return pieces
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of similar-length pairs holding at most `max_tokens` tokens each, padding included (fairseq's
     `--max-tokens`): `lengths` holds each pair's longer side, and a batch of n pairs costs n * its longest. Batches
-    are formed once from a seeded, length-sorted order (so their number is fixed, as the Trainer needs) and visited
-    in a new order each epoch.
+    are formed once from a seeded, length-sorted order, so they depend on the pairs, `max_tokens` and `seed` alone,
+    and are visited in a new order each epoch: the epoch's global order, the same on any number of processes.
 
-    With `num_shards` processes, the number of batches is made a multiple of it (by halving the largest batches), so
-    that Accelerate's sharding (process i takes batches i, i + n, ...) gives every process the same number of batches
-    and no pair to two processes or to none. Pairs are held as one index array (not a list per batch)."""
+    Every update takes `batches_per_update` batches of that order (processes x gradient accumulation steps; Accelerate
+    deals them to the processes in turn). So that every update and every process gets its full share, with no pair
+    given twice or to none, the batches that end an epoch short of a whole update are cut, in order, into as many
+    pieces as an update takes (`epoch_ranges`).
+
+    `resume(epoch, pairs_done)` starts that epoch after its first `pairs_done` pairs in the global order: a run resumed
+    on another number of processes trains next exactly the pairs an uninterrupted run would have."""
 
     def __init__(
         self,
@@ -60,7 +64,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
-        num_shards: int = 1,
+        batches_per_update: int = 1,
     ):
         lengths = np.asarray(lengths)
         if lengths.size == 0:
@@ -70,28 +74,75 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 f"A pair of {lengths.max()} tokens exceeds `max_tokens`={max_tokens}; raise `max_tokens` or lower "
                 "`max_length` so long pairs are filtered out."
             )
+        if lengths.size < batches_per_update:
+            raise ValueError(
+                f"{lengths.size} training pairs cannot give each of {batches_per_update} batches of an update "
+                "(processes x gradient accumulation steps) a pair: too few training pairs for this many processes; "
+                "use fewer processes or more data."
+            )
         self.seed, self.shuffle, self.epoch = seed, shuffle, 0
+        self.batches_per_update = batches_per_update
         self.iterated_epoch: int | None = None  # the epoch whose order the last iteration visits
+        self.resumed_at: tuple[int, int] = (0, 0)  # (epoch, pairs of it already trained)
         self.order = length_sorted_order(lengths, seed)
         sorted_lengths = lengths[self.order]
         self.bounds = pack_by_budget(np.maximum(sorted_lengths, 1, out=sorted_lengths), max_tokens)
-        shortfall = -(len(self.bounds) - 1) % num_shards
-        if shortfall:
-            self.bounds = split_largest_batches(self.bounds, shortfall)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def resume(self, epoch: int, pairs_done: int) -> None:
+        """Start `epoch` after its first `pairs_done` pairs in the global order (those were trained)."""
+        if not 0 <= pairs_done < len(self.order):
+            raise ValueError(f"pairs_done={pairs_done}: an epoch has {len(self.order)} pairs.")
+        self.resumed_at = (epoch, pairs_done)
+
+    def epoch_ranges(self, epoch: int) -> np.ndarray:
+        """The epoch's batches still to train, in order, as [batch, first, end] rows (positions in the batch), the
+        last ones cut so that their number is a multiple of `batches_per_update`.
+
+        The cut takes the batches that end the epoch short of a whole update (or, where those hold fewer pairs than
+        an update has batches, as many whole updates more as it takes) and halves their largest pieces."""
+        count = len(self.bounds) - 1
+        batches = np.random.default_rng(self.seed + epoch).permutation(count) if self.shuffle else np.arange(count)
+        sizes = np.diff(self.bounds)[batches]
+        ranges = np.stack([batches, np.zeros_like(sizes), sizes], axis=1)
+        resumed_epoch, pairs_done = self.resumed_at
+        if epoch == resumed_epoch and pairs_done:
+            ends = np.cumsum(sizes)
+            first = int(np.searchsorted(ends, pairs_done, side="right"))  # the first batch not wholly trained
+            ranges = ranges[first:]
+            ranges[0, 1] = pairs_done - (ends[first - 1] if first else 0)
+        short = len(ranges) % self.batches_per_update
+        if not short:
+            return ranges
+        pairs = ranges[:, 2] - ranges[:, 1]
+        for cut in range(short, len(ranges) + 1, self.batches_per_update):
+            pieces = cut + self.batches_per_update - short
+            if pairs[-cut:].sum() >= pieces:
+                return np.concatenate([ranges[:-cut], halve_largest(ranges[-cut:].tolist(), pieces)])
+        raise ValueError(
+            f"The {pairs.sum()} pairs left in epoch {epoch} cannot fill an update of {self.batches_per_update} "
+            "batches (processes x gradient accumulation steps): resume on fewer processes."
+        )
+
+    def pairs_in(self, epoch: int, batches: int) -> int:
+        """How many pairs the first `batches` batches of `epoch_ranges(epoch)` hold, the pairs trained before them
+        included (where the epoch was resumed): the position to resume at once they are trained."""
+        ranges = self.epoch_ranges(epoch)[:batches]
+        resumed_epoch, pairs_done = self.resumed_at
+        return int((ranges[:, 2] - ranges[:, 1]).sum()) + (pairs_done if epoch == resumed_epoch else 0)
+
     def __iter__(self):
         self.iterated_epoch = self.epoch
-        batches = np.arange(len(self))
-        if self.shuffle:
-            batches = np.random.default_rng(self.seed + self.epoch).permutation(len(self))
-        for batch in batches.tolist():
-            yield self.order[self.bounds[batch] : self.bounds[batch + 1]].tolist()
+        for batch, first, end in self.epoch_ranges(self.epoch).tolist():
+            yield self.order[self.bounds[batch] + first : self.bounds[batch] + end].tolist()
 
     def __len__(self) -> int:
-        return len(self.bounds) - 1
+        """The number of batches of a whole epoch (what the Trainer counts an epoch's updates by): a multiple of
+        `batches_per_update`. A resumed epoch yields fewer."""
+        batches = len(self.bounds) - 1
+        return batches + -batches % self.batches_per_update
 
 
 class EpochSettingRows(Dataset):

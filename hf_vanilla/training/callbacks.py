@@ -1,5 +1,6 @@
 """Trainer callbacks the recipe adds: CSV logs, a wall-clock budget, a clean stop on SIGTERM, a source-neglect
-alarm, a check that each epoch's batches come in that epoch's order, and averaging of the last checkpoints."""
+alarm, where training is in the batches' global order (checked against the Trainer's epoch), and averaging of the
+last checkpoints."""
 
 import csv
 import logging
@@ -35,26 +36,52 @@ class CsvLoggerCallback(TrainerCallback):
                     writer.writerow([state.global_step, state.epoch, name, value])
 
 
-class SamplerEpochCheck(TrainerCallback):
-    """Stops training if the token-budget sampler visits another epoch's order than the one the Trainer is in.
+class EpochPosition(TrainerCallback):
+    """Where training is in the token-budget sampler's global order: the epoch and the pairs of it trained, counted
+    in the batches of that order, not in updates, so that a checkpoint resumes exactly there on any number of
+    processes (`position`). Every update takes `sampler.batches_per_update` batches of the order.
 
-    The epoch reaches the sampler through the loader's dataset (`EpochSettingRows.set_epoch`), because Accelerate's
-    sampler wrappers do not pass it on; that relies on Accelerate calling the dataset's `set_epoch`. A release that
-    stops doing so would silently train every epoch in epoch 0's order: this makes it an error at the first update
-    of the next epoch."""
+    It keeps `state.epoch` in that count: the library's `epoch + (step + 1) / steps_in_epoch` counts this run's steps
+    from the epoch's start, so it would be short of the epoch's end in an epoch resumed in its middle.
+
+    It also stops training if the sampler visits another epoch's order than the one the Trainer is in. The epoch
+    reaches the sampler through the loader's dataset (`EpochSettingRows.set_epoch`), because Accelerate's sampler
+    wrappers do not pass it on; that relies on Accelerate calling the dataset's `set_epoch`. A release that stops
+    doing so would silently train every epoch in epoch 0's order: this makes it an error at the first update of the
+    next epoch. The Trainer's epoch is counted here from its `on_epoch_begin` calls, independently of the sampler."""
 
     def __init__(self, sampler):
         self.sampler = sampler
+        self.epoch: int | None = None
+        self.first_step = self.batches = self.epoch_batches = self.skipped_batches = 0
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        resumed_epoch, _ = self.sampler.resumed_at
+        self.epoch = resumed_epoch if self.epoch is None else self.epoch + 1
+        self.first_step, self.batches = state.global_step, 0
+        self.epoch_batches = len(self.sampler)
+        self.skipped_batches = self.epoch_batches - len(self.sampler.epoch_ranges(self.epoch))
 
     def on_step_begin(self, args, state, control, **kwargs):
-        epoch = int(state.epoch or 0)  # an epoch's updates run while state.epoch is in [epoch, epoch + 1)
-        if self.sampler.iterated_epoch is not None and self.sampler.iterated_epoch != epoch:
+        if self.sampler.iterated_epoch is not None and self.sampler.iterated_epoch != self.epoch:
             raise RuntimeError(
-                f"The Trainer is in epoch {epoch}, but the batches come in the order of epoch "
+                f"The Trainer is in epoch {self.epoch}, but the batches come in the order of epoch "
                 f"{self.sampler.iterated_epoch}: the epoch no longer reaches the token-budget sampler through the "
                 "loader's dataset (an Accelerate or transformers release changed how set_epoch is called). Please "
                 "report it with `hf-vanilla env`."
             )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.batches = (state.global_step - self.first_step) * self.sampler.batches_per_update
+        state.epoch = self.epoch + min(1.0, (self.skipped_batches + self.batches) / self.epoch_batches)
+
+    def position(self) -> tuple[int, int]:
+        """(epoch, pairs of it trained): where a resume starts."""
+        if self.epoch is None:  # no epoch begun yet
+            return self.sampler.resumed_at
+        if self.skipped_batches + self.batches >= self.epoch_batches:
+            return self.epoch + 1, 0
+        return self.epoch, self.sampler.pairs_in(self.epoch, self.batches)
 
 
 class StartupClock:

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch.distributed.fsdp import FSDPModule
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
@@ -23,7 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler
-from .callbacks import SamplerEpochCheck
+from .callbacks import EpochPosition
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
 
@@ -34,13 +35,12 @@ logger = logging.getLogger(__name__)
 LOSS_CHUNK_SIZE = 1024
 # Checkpoints are written under this hidden folder of the output directory and renamed into place when complete.
 STAGING_DIR = ".incomplete-checkpoints"
-# What decided a checkpoint's batches, written into it: a resume skips that many batches of the same order.
+# What decided a checkpoint's batches and where it is in their global order, written into it.
 BATCHING_FILE = "token_budget_batching.json"
-# Each entry of that file, as the message of a refused resume names it.
+# The entries of that file that decide the batches, as the message of a refused resume names them. The process
+# count and the gradient accumulation do not: they only decide how many batches of the order an update takes.
 TRAINING_PAIRS = "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)"
 BATCHING_OPTIONS = {
-    "processes": "the process count",
-    "gradient_accumulation_steps": "--gradient_accumulation_steps",
     "split_batches": "Accelerate's split_batches",
     "max_tokens": "--max_tokens",
     "seed": "--seed",
@@ -64,6 +64,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
+        self.resume_at: tuple[int, int] | None = None  # (epoch, pairs of it trained) of the checkpoint resumed
+        self.epoch_position: EpochPosition | None = None
         # Our model computes the label-smoothed loss itself, asked per call (`compute_loss`): the library's smoother
         # would pop the labels and smooth materialised logits.
         self.loss_in_the_model = isinstance(self.model.config, VanillaTransformerConfig)
@@ -82,9 +84,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def batching(self) -> dict:
-        """What decides the training batches, their order and how many a resume skips: the pairs' lengths, the budget,
-        the seed, the process count and how the processes deal them. The Trainer skips `global_step` times the
-        accumulation steps batches of each process, so each of these must be the same."""
+        """What decides the training batches and their global order (the pairs' lengths, the budget, the seed, and
+        whether Accelerate splits batches), and how many of them an update takes (processes x accumulation)."""
         lengths = pair_lengths(self.train_dataset).astype(np.uint32)  # one type, whatever the length limit
         return {
             "processes": self.args.world_size,
@@ -100,9 +101,37 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         checkpoint = resume_from_checkpoint
         if checkpoint is True:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
-        if checkpoint and not self.args.ignore_data_skip:
-            check_same_batching(Path(checkpoint), self.batching())
+        self.resume_at = None
+        if checkpoint:
+            now = self.batching()
+            saved = saved_batching(Path(checkpoint))
+            if not self.args.ignore_data_skip:
+                check_same_batching(Path(checkpoint), saved, now)
+            self.resume_at = resume_position(Path(checkpoint), saved, self.args.ignore_data_skip)
+            log_resume(checkpoint, saved, now, self.max_tokens)
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # A private Trainer method (`library_hooks.TRAINER_METHODS`): the library counts the epoch and the batches to skip
+    # from `global_step` in updates of this run's size, which a checkpoint of another process count or accumulation
+    # did not take. The sampler starts the epoch at the checkpoint's position instead, so nothing is skipped here.
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ) -> tuple[int, int]:
+        library_epoch, library_skip = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if resume_from_checkpoint is None or self.epoch_position is None:  # the latter: a subclass's own loader
+            return library_epoch, library_skip
+        if self.resume_at is None:  # a checkpoint without a position, resumed with --ignore_data_skip
+            self.resume_at = (library_epoch, 0)
+        sampler = self.epoch_position.sampler
+        sampler.resume(*self.resume_at)
+        epoch, _ = self.resume_at
+        if self.args.max_steps <= 0:  # a length in epochs: count what is left in updates of this run's size
+            updates_left = len(sampler.epoch_ranges(epoch)) // sampler.batches_per_update
+            updates_left += (num_train_epochs - epoch - 1) * num_update_steps_per_epoch
+            self.state.max_steps = self.state.global_step + updates_left
+        return epoch, 0
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
@@ -111,7 +140,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             pair_lengths(dataset),
             self.max_tokens,
             seed=self.args.seed,
-            num_shards=self.args.world_size,
+            batches_per_update=self.args.world_size * self.args.gradient_accumulation_steps,
         )
         logger.warning(
             "[rank %d] startup: batches (%d of at most %d tokens from %d pairs) took %.1f s",
@@ -136,11 +165,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             worker_init_fn=partial(
                 seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
             ),
+            # Starting an epoch draws the workers' base seed from this generator, not from torch's global one, so a
+            # resume that starts its epoch in the middle leaves the restored dropout stream as the checkpoint had it.
+            generator=torch.Generator().manual_seed(self.args.seed),
         )
-        self.remove_callback(SamplerEpochCheck)  # the check of an earlier loader, if any
-        self.add_callback(SamplerEpochCheck(sampler))
+        self.remove_callback(EpochPosition)  # the position in an earlier loader's order, if any
+        self.epoch_position = EpochPosition(sampler)
+        self.add_callback(self.epoch_position)
         # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
-        # number a multiple of the process count, so none is repeated to even them out).
+        # number a multiple of the processes times the accumulation, so none is repeated to even them out).
         return self.accelerator.prepare(loader)
 
     def evaluation_loop(self, dataloader, description, *args, metric_key_prefix: str = "eval", **kwargs):
@@ -169,7 +202,10 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.should_save:
             shutil.rmtree(staged, ignore_errors=True)  # what a killed save of this step left behind
             staged.mkdir(parents=True)
-            (staged / BATCHING_FILE).write_text(json.dumps(self.batching(), indent=1))
+            batching = self.batching()
+            if self.epoch_position is not None:  # None: a subclass's own loader
+                batching["epoch"], batching["pairs_done"] = self.epoch_position.position()
+            (staged / BATCHING_FILE).write_text(json.dumps(batching, indent=1))
         self.accelerator.wait_for_everyone()
         self._staging_checkpoint = True  # the library writes the whole checkpoint under the staging folder
         try:
@@ -226,27 +262,66 @@ def root_parameters_gathered(model) -> Iterator[None]:
 
 
 def saved_batching(checkpoint: Path) -> dict:
-    """What decided the batches of `checkpoint`: its `BATCHING_FILE`; for a checkpoint written without one, the process
-    count alone, read from its RNG states (one file per process: `rng_state_<rank>.pth`, or `rng_state.pth`)."""
+    """What decided the batches of `checkpoint` and where it stopped in their order: its `BATCHING_FILE`; for a
+    checkpoint written without one, the process count alone, read from its RNG states (one file per process:
+    `rng_state_<rank>.pth`, or `rng_state.pth`)."""
     if (checkpoint / BATCHING_FILE).is_file():
         return json.loads((checkpoint / BATCHING_FILE).read_text())
     processes = 1 if (checkpoint / "rng_state.pth").exists() else len(list(checkpoint.glob("rng_state_*.pth")))
     return {"processes": processes} if processes else {}
 
 
-def check_same_batching(checkpoint: Path, now: dict) -> None:
-    """Refuse, in one line naming the option, to resume from `checkpoint` with other batches than it trained on: the
-    batches a resume skips would not be the ones trained, losing some pairs of the epoch and repeating others."""
-    for name, saved in saved_batching(checkpoint).items():
-        if name in now and now[name] != saved:
-            option = BATCHING_OPTIONS[name]
+def check_same_batching(checkpoint: Path, saved: dict, now: dict) -> None:
+    """Refuse, in one line naming the option, to resume from `checkpoint` with other batches than it trained on: its
+    position in their order would not say which pairs were trained, losing some pairs of the epoch and repeating
+    others."""
+    for name, option in BATCHING_OPTIONS.items():
+        if name in saved and name in now and now[name] != saved[name]:
             # a digest says nothing to a reader: say what differs
             changed = (
-                "pairs of other lengths" if name == "pair_lengths_sha256" else f"{saved}, and this run has {now[name]}"
+                "pairs of other lengths"
+                if name == "pair_lengths_sha256"
+                else f"{saved[name]}, and this run has {now[name]}"
             )
             raise ValueError(
-                f"{checkpoint} was trained with {option}: {changed}. The batches the "
-                f"resume would skip are not the ones it trained. Resume with {option} as it was, or add "
-                "--ignore_data_skip true to restart the current epoch from its first batch (its pairs trained before "
-                "the checkpoint are seen again)."
+                f"{checkpoint} was trained with {option}: {changed}. Its position in the batches says nothing about "
+                f"these batches. Resume with {option} as it was, or add --ignore_data_skip true to restart the "
+                "current epoch from its first batch (its pairs trained before the checkpoint are seen again)."
             )
+
+
+def resume_position(checkpoint: Path, saved: dict, restart_epoch: bool) -> tuple[int, int] | None:
+    """(epoch, pairs of it trained) where a resume from `checkpoint` starts in the batches' global order; the epoch's
+    start with `restart_epoch` (--ignore_data_skip), which is the library's count for a checkpoint without a
+    position (None)."""
+    if "pairs_done" in saved:
+        return saved["epoch"], 0 if restart_epoch else saved["pairs_done"]
+    if restart_epoch:
+        return None
+    raise ValueError(
+        f"{checkpoint} was written by an earlier hf_vanilla, which recorded no position in the batches' order (and "
+        "formed them otherwise for several processes): add --ignore_data_skip true to restart the current epoch from "
+        "its first batch (its pairs trained before the checkpoint are seen again)."
+    )
+
+
+def log_resume(checkpoint: str, saved: dict, now: dict, max_tokens: int) -> None:
+    """Say where the resume starts, and how the batches an update takes (and so its tokens) changed, if they did."""
+    before = saved.get("processes", now["processes"]) * saved.get("gradient_accumulation_steps", 1)
+    after = now["processes"] * now["gradient_accumulation_steps"]
+    where = f"epoch {saved['epoch']} after {saved['pairs_done']} pairs" if "pairs_done" in saved else "its position"
+    logger.warning("Resuming from %s at %s of the batches' global order.", checkpoint, where)
+    if before != after:
+        logger.warning(
+            "An update now takes %d batches (%d process(es) x %d accumulation step(s), up to %d tokens) where the "
+            "checkpoint's took %d (up to %d tokens): the learning-rate schedule goes on by update, so each update "
+            "from here weighs %.2fx the tokens of one before. Dropout masks differ from an uninterrupted run's (each "
+            "process draws its own); on the same number of processes a resume is bit-exact.",
+            after,
+            now["processes"],
+            now["gradient_accumulation_steps"],
+            after * max_tokens,
+            before,
+            before * max_tokens,
+            after / before,
+        )
