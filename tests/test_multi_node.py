@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import free_port
+from .conftest import EOS, free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,20 +136,23 @@ def nested_close(got, expected, tolerance: float) -> bool:
 
 
 @pytest.mark.slow
-def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
+def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path, reversal_model):
     """`fully_shard` over 2 gloo processes, where Accelerate turns FSDP off without CUDA: the tied embeddings and the
     chunked loss give one process's loss and gradients; FULL_STATE_DICT checkpoints load and average; `generate`
     with `synced_gpus` finishes when the ranks need different numbers of steps (upstream reports hangs); our trainer's
-    `predict` with generation and beam search gives the unsharded model's translations."""
+    `predict` with generation and beam search gives the unsharded model's translations, also where the ranks' sources
+    end at different steps."""
     from hf_vanilla.loading import load_model
     from hf_vanilla.training.averaging import average_checkpoints
 
+    reversal, _ = reversal_model
+    reversal.save_pretrained(tmp_path / "reversal")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # the worker imports benchmarks/
     (tmp_path / "single").mkdir()
     (tmp_path / "sharded").mkdir()
     single = subprocess.run(
-        [sys.executable, str(WORKER), str(tmp_path / "single"), "single"], env=env, capture_output=True, text=True,
-        timeout=TIMEOUT,
+        [sys.executable, str(WORKER), str(tmp_path / "single"), "single", str(tmp_path / "reversal")],
+        env=env, capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
     assert single.returncode == 0, single.stderr[-4000:]
     command = [
@@ -162,8 +165,8 @@ def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
         str(free_port()),
     ]
     sharded = subprocess.run(
-        [*command, str(WORKER), str(tmp_path / "sharded"), "sharded"], env=env, capture_output=True, text=True,
-        timeout=TIMEOUT,
+        [*command, str(WORKER), str(tmp_path / "sharded"), "sharded", str(tmp_path / "reversal")],
+        env=env, capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
     assert sharded.returncode == 0, sharded.stderr[-4000:]
 
@@ -175,6 +178,10 @@ def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path):
         assert nested_close(got["gradients"][name], gradient, 1e-5), name
     assert got["generated"] == expected["generated"]
     assert got["predictions"] == expected["predictions"]
+    # and they are the reversals, each ended by EOS after 1 (rank 0's) or 7 (rank 1's) ids: the ranks stopped apart
+    sources = [[5], [6, 7, 8, 9, 10, 11, 12], [9], [13, 14, 15, 16, 17, 18, 19]]
+    for source, prediction in zip(sources, got["predictions"], strict=True):
+        assert prediction[1 : len(source) + 2] == [*reversed(source), EOS], prediction
     for step in ("step-1", "step-2"):
         ours, reference = load_model(tmp_path / "sharded" / step), load_model(tmp_path / "single" / step)
         for (name, weight), other in zip(ours.state_dict().items(), reference.state_dict().values(), strict=True):

@@ -250,10 +250,19 @@ def root_parameters_gathered(model) -> Iterator[None]:
     norms) gathered for the duration, then sharded again. `generate()` calls the encoder directly, not the root
     module, whose forward hook would gather them, so it fails on sharded ones ("aten.embedding.default got mixed
     torch.Tensor and DTensor"); `Seq2SeqTrainer.prediction_step` gathers parameters for FSDP1 only
-    (`summon_full_params`). The layers gather their own in their forward hooks, as in training."""
+    (`summon_full_params`). The layers gather their own in their forward hooks, as in training.
+
+    FSDP2 makes the first module to run forward its root. On a model that has not run forward yet (an evaluation
+    before training, `predict` on a loaded model), generate()'s call of the encoder would make the first encoder layer
+    a root of its own, and the model's forward then fails ("FSDP state has already been lazily initialized for
+    model.encoder.layers.0"). So the root runs forward on one token first: cheap next to a generation, whose every
+    step gathers each decoder layer."""
     if not isinstance(model, FSDPModule):
         yield
         return
+    one_token = torch.full((1, 1), model.config.decoder_start_token_id, device=model.device)
+    with torch.no_grad():
+        model(input_ids=one_token, decoder_input_ids=one_token)
     model.unshard()
     try:
         yield

@@ -6,8 +6,9 @@ process's; then one SGD step, a full state dict saved by rank 0 twice (after one
 with `synced_gpus=True` on batches that finish after different numbers of steps on each rank, the root's
 parameters gathered first (`model.unshard()`: generate() calls the encoder and decoder directly, so the root's
 forward hook that would gather them never runs). Last, `predict` with `predict_with_generate` and beam search through
-`TokenBudgetSeq2SeqTrainer`, as the recipe's evaluation runs it, which must gather the root itself. Rank 0 writes
-`<output>/fsdp.json`: the loss, the full gradients, the generated ids and the trainer's predictions.
+`TokenBudgetSeq2SeqTrainer`, as the recipe's evaluation runs it (which must gather the root itself), by a model that
+reverses its sources (the folder of argv[3]), on sources whose translations end at different steps on each rank.
+Rank 0 writes `<output>/fsdp.json`: the loss, the full gradients, the generated ids and the trainer's predictions.
 """
 
 import json
@@ -62,36 +63,44 @@ def full_state_dict(model, sharded: bool) -> dict[str, torch.Tensor]:
     return {name: tensor.clone() for name, tensor in model.state_dict().items()}
 
 
-def predict_through_the_trainer(model, output: Path) -> list[list[int]]:
-    """The translations of 6 sentences of different lengths, as the recipe's evaluation makes them: `predict` with
-    `predict_with_generate` and beam search, the sentences dealt to the processes."""
+def shard(model) -> None:
+    for layer in [*model.model.encoder.layers, *model.model.decoder.layers]:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+def predict_through_the_trainer(reversal_model: Path, output: Path, sharded: bool) -> list[list[int]]:
+    """A model that reverses its sources translates 4 of them as the recipe's evaluation does (`predict` with
+    `predict_with_generate` and beam search), one a batch, dealt to the processes in turn: with 2, rank 0 gets the
+    1-id sources (done after 2 steps) and rank 1 the 7-id ones (8 steps), so rank 0 must keep stepping with rank 1."""
     from datasets import Dataset
     from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
     from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
 
-    sources = [[5, 6, 2], [7, 8, 9, 10, 11, 2], [12, 2], [13, 14, 15, 16, 17, 18, 19, 20, 2], [21, 22, 23, 2], [9, 2]]
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(reversal_model).eval()
+    if sharded:
+        shard(model)
+    sources = [[5, 2], [6, 7, 8, 9, 10, 11, 12, 2], [9, 2], [13, 14, 15, 16, 17, 18, 19, 2]]
     args = Seq2SeqTrainingArguments(
-        output_dir=str(output / "predict"), use_cpu=True, report_to=[], per_device_eval_batch_size=2,
+        output_dir=str(output / "predict"), use_cpu=True, report_to=[], per_device_eval_batch_size=1,
         predict_with_generate=True,
     )  # fmt: skip
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
         args=args,
-        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(CONFIG["vocab_size"]), model=model),
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(model.config.vocab_size), model=model),
         max_tokens=64,
     )
     dataset = Dataset.from_dict({"input_ids": sources, "labels": [list(reversed(ids)) for ids in sources]})
     return trainer.predict(dataset, num_beams=3, max_length=10).predictions.tolist()
 
 
-def main(output: Path, sharded: bool) -> None:
+def main(output: Path, sharded: bool, reversal_model: Path) -> None:
     model = build_model()
     if sharded:
         dist.init_process_group("gloo")
-        for layer in [*model.model.encoder.layers, *model.model.decoder.layers]:
-            fully_shard(layer)
-        fully_shard(model)
+        shard(model)
     loss, gradients = step(model)
     # SGD: Adam would turn the float noise of gradients that are zero in exact arithmetic (the key biases) into
     # whole steps of the learning rate, in either direction
@@ -114,7 +123,7 @@ def main(output: Path, sharded: bool) -> None:
         )
     if sharded:
         model.reshard()
-    predictions = predict_through_the_trainer(model, output)
+    predictions = predict_through_the_trainer(reversal_model, output, sharded)
     if rank == 0:
         reference = build_model()
         for number, state in enumerate(states, start=1):  # what a FULL_STATE_DICT checkpoint holds, saved as users do
@@ -128,4 +137,4 @@ def main(output: Path, sharded: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sharded=sys.argv[2] == "sharded")
+    main(Path(sys.argv[1]), sharded=sys.argv[2] == "sharded", reversal_model=Path(sys.argv[3]))
