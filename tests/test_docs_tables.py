@@ -14,7 +14,7 @@ def test_every_results_table_is_its_rendering(path):
 
 def test_a_changed_figure_or_an_unknown_table_is_caught():
     rendered = report.render("intro\n<!-- table: scale -->\n<!-- /table -->\n")
-    assert "| commit | pairs |" in rendered and "docs/results/scale-cpu.json" in rendered
+    assert "| commit | corpus | pairs |" in rendered and "docs/results/scale-cpu.json" in rendered
     figure = rendered.split("\n")[4].split(" | ")[3]  # a cold-start time of the first row
     assert report.render(rendered.replace(figure, "1.0 s", 1)) == rendered
     with pytest.raises(KeyError, match="no renderer for table 'nonsense'"):
