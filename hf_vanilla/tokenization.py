@@ -106,7 +106,9 @@ class WordCachedEncoder:
     normalizer, another pre-tokenizer or model, BPE dropout, padding or truncation set). Ids identical to the
     tokenizer's: `tests/test_tokenizer_and_pipeline.py`, on real text, across Unicode and on tricky strings."""
 
-    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_bytes: int = 64 << 20):
+    # 128 MiB a worker, about what the earlier bound of 500k words held: at half of it, a corpus with a long tail of
+    # word types evicts words before their second use, and tokenizes 15% slower (docs/training.md, "Scale").
+    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_bytes: int = 128 << 20):
         self.backend, self.prefix, self.suffix, self.max_cached_bytes = backend, prefix, suffix, max_cached_bytes
         self.words = re.compile(BYTE_LEVEL_WORDS)
         self.split_words = self.words.findall
