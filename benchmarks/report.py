@@ -317,6 +317,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale": render_scale,
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-long-tail": functools.partial(render_scale, "scale-long-tail-cpu.json"),
+    "scale-long-tail-128mib": functools.partial(render_scale, "scale-long-tail-128mib-cpu.json"),
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
     "training-step": functools.partial(
