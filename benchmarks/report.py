@@ -56,8 +56,9 @@ def _mib(run: dict, key: str, role: str) -> str:
     return "" if value is None else str(value)
 
 
-def _corpus(result: dict) -> str:
-    return result.get("corpus", "multi30k-words")  # results from before the long-tail corpus name none
+def corpus_of(result: dict) -> str:
+    """The corpus a scale result measured (results from before the long-tail corpus name none)."""
+    return result.get("corpus", "multi30k-words")
 
 
 def render_scale(name: str = "scale-cpu.json") -> str:
@@ -69,13 +70,13 @@ def render_scale(name: str = "scale-cpu.json") -> str:
     header += ["batches", "restart", "second run", "peak anonymous MiB, rank 0", "rank 1", "tokenizing workers"]
     header += ["raw / tokenized cache (MB)", "cgroup limit: peak use, OOM kills"]
     rows = []
-    for result in sorted(document["results"], key=lambda r: (r["pairs"], r["processes"], _corpus(r), r["commit"])):
+    for result in sorted(document["results"], key=lambda r: (r["pairs"], r["processes"], corpus_of(r), r["commit"])):
         cold = result["cold"]
         workers = [value for role, value in cold["peak_anonymous_mib"].items() if role.startswith("workers")]
         limit = cold.get("memory_limit")
         cells = [
             result["commit"][:7],
-            _corpus(result),
+            corpus_of(result),
             f"{result['pairs']:,}",
             str(result["processes"]),
             _seconds(cold),

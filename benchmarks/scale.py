@@ -35,6 +35,7 @@ import numpy as np
 import psutil
 
 from benchmarks import ROOT, commit_of, record
+from benchmarks.report import corpus_of
 from hf_vanilla.data import BUNDLED_CORPORA
 from hf_vanilla.text_files import stream_lines
 
@@ -306,7 +307,7 @@ def plot(results: list[dict], path: Path) -> None:
     time_axes, memory_axes = figure.subplots(1, 2)
 
     def curve(result: dict) -> tuple:
-        return result["commit"], result["processes"], result.get("corpus", "multi30k-words")
+        return result["commit"], result["processes"], corpus_of(result)
 
     for commit, processes, corpus in sorted({curve(r) for r in results}):
         rows = [r for r in results if curve(r) == (commit, processes, corpus)]
@@ -367,7 +368,7 @@ def main() -> None:
                 results.append(result)
 
     def key(result: dict) -> tuple:
-        return result.get("corpus", "multi30k-words"), result["pairs"], result["processes"], result["commit"]
+        return corpus_of(result), result["pairs"], result["processes"], result["commit"]
 
     kept = [r for r in previous if key(r) not in {key(n) for n in results}]
     everything = sorted(kept + results, key=key)
