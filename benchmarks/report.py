@@ -319,6 +319,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),
     "scale-long-tail": functools.partial(render_scale, "scale-long-tail-cpu.json"),
     "scale-long-tail-128mib": functools.partial(render_scale, "scale-long-tail-128mib-cpu.json"),
+    "scale-long-tail-36m": functools.partial(render_scale, "scale-long-tail-36m-cpu.json"),
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
     "training-step": functools.partial(
