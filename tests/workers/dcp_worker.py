@@ -40,33 +40,35 @@ def update(model, optimizer) -> float:
     return loss
 
 
+# Accelerate's folders for the two parts of a sharded checkpoint, each saved under its part's key
+FOLDERS = {"model": "pytorch_model_fsdp_0", "optimizer": "optimizer_0"}
+
+
+def state_dicts(model, optimizer, options: StateDictOptions | None = None) -> dict:
+    """The model's and the optimizer's state dicts: each process's shards, or with `FULL` the whole of them."""
+    return {
+        "model": get_model_state_dict(model, options=options),
+        "optimizer": get_optimizer_state_dict(model, optimizer, options=options),
+    }
+
+
 def full_state(model, optimizer) -> dict:
     """The whole model and optimizer state, copied: in one process the state dicts hold the live tensors."""
-    return copy.deepcopy(
-        {
-            "model": get_model_state_dict(model, options=FULL),
-            "optimizer": get_optimizer_state_dict(model, optimizer, options=FULL),
-        }
-    )
+    return copy.deepcopy(state_dicts(model, optimizer, FULL))
 
 
 def save(model, optimizer, folder: Path) -> None:
-    dcp.save(
-        {"model": get_model_state_dict(model)}, storage_writer=dcp.FileSystemWriter(folder / "pytorch_model_fsdp_0")
-    )
-    dcp.save(
-        {"optimizer": get_optimizer_state_dict(model, optimizer)},
-        storage_writer=dcp.FileSystemWriter(folder / "optimizer_0"),
-    )
+    states = state_dicts(model, optimizer)
+    for part, name in FOLDERS.items():
+        dcp.save({part: states[part]}, storage_writer=dcp.FileSystemWriter(folder / name))
 
 
 def load(model, optimizer, folder: Path) -> None:
-    model_state = {"model": get_model_state_dict(model)}
-    dcp.load(model_state, storage_reader=dcp.FileSystemReader(folder / "pytorch_model_fsdp_0"))
-    set_model_state_dict(model, model_state["model"])
-    optimizer_state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(optimizer_state, storage_reader=dcp.FileSystemReader(folder / "optimizer_0"))
-    set_optimizer_state_dict(model, optimizer, optimizer_state["optimizer"])
+    states = state_dicts(model, optimizer)
+    for part, name in FOLDERS.items():  # in place: each part's tensors and values are overwritten
+        dcp.load({part: states[part]}, storage_reader=dcp.FileSystemReader(folder / name))
+    set_model_state_dict(model, states["model"])
+    set_optimizer_state_dict(model, optimizer, states["optimizer"])
 
 
 def main(output: Path, mode: str) -> None:
