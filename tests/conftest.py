@@ -30,6 +30,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def torchrun(processes: int) -> list[str]:
+    """The start of a command that launches `processes` processes on this host under torchrun, on a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+            "--master_port", str(free_port())]  # fmt: skip
+
+
 PAD, BOS, EOS = 0, 1, 2
 
 

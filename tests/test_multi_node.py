@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import EOS, free_port
+from .conftest import EOS, free_port, torchrun
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,8 +108,7 @@ def launch(processes: int, output: Path, cache: Path, *extra: str) -> subprocess
     if processes == 1:
         command = [sys.executable, "-m", "hf_vanilla", "train", *options]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-        command += ["--master_port", str(free_port()), "-m", "hf_vanilla", "train", *options]
+        command = [*torchrun(processes), "-m", "hf_vanilla", "train", *options]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_DATASETS_CACHE": str(cache)}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
@@ -155,17 +154,8 @@ def test_fsdp2_shards_our_model_on_the_cpu_as_one_process_computes_it(tmp_path, 
         env=env, capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
     assert single.returncode == 0, single.stderr[-4000:]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
     sharded = subprocess.run(
-        [*command, str(WORKER), str(tmp_path / "sharded"), "sharded", str(tmp_path / "reversal")],
+        [*torchrun(2), str(WORKER), str(tmp_path / "sharded"), "sharded", str(tmp_path / "reversal")],
         env=env, capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
     assert sharded.returncode == 0, sharded.stderr[-4000:]
@@ -216,11 +206,10 @@ def test_fsdp2_sharded_checkpoints_load_on_another_number_of_processes(tmp_path)
     its AdamW state, saved by 2 processes, loads in 1 process and on 3 (which shard the odd dimensions unevenly) into
     exactly the state saved, and the next update there is the one the 2 processes made."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--master_port", str(free_port()), "--nproc_per_node"]
     for command in (
-        [*torchrun, "2", str(DCP_WORKER), str(tmp_path), "save"],
+        [*torchrun(2), str(DCP_WORKER), str(tmp_path), "save"],
         [sys.executable, str(DCP_WORKER), str(tmp_path), "load"],
-        [*torchrun, "3", str(DCP_WORKER), str(tmp_path), "load"],
+        [*torchrun(3), str(DCP_WORKER), str(tmp_path), "load"],
     ):
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT)
         assert done.returncode == 0, done.stderr[-4000:]

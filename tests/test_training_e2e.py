@@ -22,7 +22,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler
 
-from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla
+from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla, torchrun
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
 
 
@@ -290,8 +290,7 @@ def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(t
 
 def torchrun_worker(output: Path, processes: int, accumulation: int, *worker_args: str) -> list[dict]:
     """The worker under torchrun on the CPU (gloo); each rank's record, the batches it trained in order."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-    command += ["--master_port", str(free_port()), str(WORKER), str(output), "--epochs", "3", "--save-steps", "1000"]
+    command = [*torchrun(processes), str(WORKER), str(output), "--epochs", "3", "--save-steps", "1000"]
     run([*command, "--gradient-accumulation", str(accumulation), *worker_args])
     return [json.loads((output / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
