@@ -38,6 +38,15 @@ def torchrun(processes: int) -> list[str]:
 
 PAD, BOS, EOS = 0, 1, 2
 
+# The devices a test that takes `device` runs on: the CPU everywhere, CUDA where a GPU is present (CI has none; the
+# GPU run of these tests is recorded in docs/performance.md).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return request.param
+
 
 def pytest_configure(config):
     """Every test, and every command a test starts, gets a datasets cache (so also a default data cache) of this

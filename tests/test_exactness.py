@@ -1,5 +1,6 @@
 """The architecture against independent truth: torch.nn's own Transformer layers, and values computed by hand."""
 
+import copy
 import math
 
 import pytest
@@ -100,7 +101,7 @@ def reference_forward(model, input_ids, attention_mask, decoder_input_ids, decod
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_matches_torch_nn_transformer_in_float64(attn_implementation, source_batch):
+def test_matches_torch_nn_transformer_in_float64(attn_implementation, source_batch, device):
     previous_dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # so the sinusoid table is built at float64 precision too
     try:
@@ -112,18 +113,19 @@ def test_matches_torch_nn_transformer_in_float64(attn_implementation, source_bat
     decoder_input_ids, decoder_attention_mask = padded_batch([[BOS, 8, 9, 10, 11], [BOS, 30], [BOS, 4, 5, EOS]])
 
     with torch.no_grad():
-        ours = model(
+        inputs = dict(
             input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
         )
-        memory, logits = reference_forward(model, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)
+        ours = copy.deepcopy(model).to(device)(**{name: tensor.to(device) for name, tensor in inputs.items()})
+        memory, logits = reference_forward(model, **inputs)  # on the CPU
 
     valid_source = attention_mask.bool()
     # Padded source positions are never attended to, so only real tokens' encoder states have to agree.
-    assert (ours.encoder_last_hidden_state[valid_source] - memory[valid_source]).abs().max() <= 1e-9
-    assert (ours.logits - logits).abs().max() <= 1e-9
+    assert (ours.encoder_last_hidden_state.cpu()[valid_source] - memory[valid_source]).abs().max() <= 1e-9
+    assert (ours.logits.cpu() - logits).abs().max() <= 1e-9
 
 
 def test_sinusoid_table_hand_values():

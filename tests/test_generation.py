@@ -1,5 +1,6 @@
 """The KV cache changes speed, never results: cached == uncached, static == dynamic, steps == one forward."""
 
+import copy
 import logging as std_logging
 import sys
 
@@ -39,22 +40,31 @@ def inputs(source_batch):
     return dict(input_ids=input_ids, attention_mask=attention_mask)
 
 
+@pytest.fixture
+def placed(model, inputs, device):
+    """A copy of the module's model and the inputs on `device`: the decoding invariants hold on every device."""
+    return copy.deepcopy(model).to(device), {name: tensor.to(device) for name, tensor in inputs.items()}
+
+
 @pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])
-def test_cached_equals_uncached(model, inputs, mode):
+def test_cached_equals_uncached(placed, mode):
+    model, inputs = placed
     cached = generate(model, inputs, use_cache=True, **mode)
     uncached = generate(model, inputs, use_cache=False, **mode)
     assert cached.shape[0] == inputs["input_ids"].shape[0] * mode.get("num_return_sequences", 1)
     assert torch.equal(cached, uncached)
 
 
-def test_outputs_are_not_degenerate(model, inputs):
+def test_outputs_are_not_degenerate(placed):
+    model, inputs = placed
     # Guards the invariants above against passing trivially on a constant output.
     tokens = generate(model, inputs, **GREEDY)
     assert len(set(tokens[:, 1:].flatten().tolist())) > 3
 
 
 @pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam4_nbest2"])
-def test_static_cache_equals_dynamic(model, inputs, mode):
+def test_static_cache_equals_dynamic(placed, mode):
+    model, inputs = placed
     dynamic = generate(model, inputs, **mode)
     static = generate(model, inputs, cache_implementation="static", **mode)
     assert torch.equal(dynamic, static)
@@ -74,7 +84,8 @@ def test_step_by_step_equals_one_forward(attn_implementation, source_batch):
 
 
 @pytest.mark.parametrize("mode", [GREEDY, dict(num_beams=4, do_sample=False)], ids=["greedy", "beam4"])
-def test_padded_batch_equals_one_by_one(model, inputs, mode):
+def test_padded_batch_equals_one_by_one(placed, mode):
+    model, inputs = placed
     batch = generate(model, inputs, **mode)
     for row, (ids, mask) in enumerate(zip(inputs["input_ids"], inputs["attention_mask"], strict=True)):
         single = generate(model, dict(input_ids=ids[mask.bool()][None]), **mode)[0]
@@ -123,15 +134,17 @@ def test_final_logits_bias_is_added_and_generation_stops_at_eos():
     assert out.tolist() == [[BOS, EOS]]
 
 
-def test_long_beam_search_matches_uncached_with_the_cross_attention_cache_left_in_place(model, inputs):
+def test_long_beam_search_matches_uncached_with_the_cross_attention_cache_left_in_place(placed):
+    model, inputs = placed
     long_beam = dict(num_beams=3, do_sample=False, min_new_tokens=60, max_new_tokens=60)
     assert torch.equal(model.generate(**inputs, **long_beam), model.generate(**inputs, **long_beam, use_cache=False))
 
 
 @pytest.mark.parametrize("mode", [GREEDY, SAMPLE], ids=["greedy", "sampling"])  # beam search never compiles
-def test_compiled_static_cache_generation_equals_eager(model, inputs, mode):
+def test_compiled_static_cache_generation_equals_eager(placed, mode):
     # fullgraph=True fails on any graph break, so this also proves the decoding step traces as one graph (the
     # static cache's length is a tensor: positions and checks must not turn it into a Python number).
+    model, inputs = placed
     torch._dynamo.reset()
     counters.clear()
     eager = generate(model, inputs, **mode)
@@ -209,7 +222,8 @@ def host_syncs_in_our_model(model, inputs, new_tokens: int, monkeypatch, **mode)
 
 
 @pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam4"])
-def test_no_host_sync_per_decoding_step(model, inputs, monkeypatch, mode):
+def test_no_host_sync_per_decoding_step(placed, monkeypatch, mode):
+    model, inputs = placed
     short = host_syncs_in_our_model(model, inputs, 5, monkeypatch, **mode)
     long = host_syncs_in_our_model(model, inputs, 50, monkeypatch, **mode)
     assert 0 < short == long, "the id checks run once per call, at the boundary, not at every step"

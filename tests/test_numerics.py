@@ -8,23 +8,23 @@ from .conftest import BOS, EOS, make_model, padded_batch
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_fully_padded_source_row_stays_finite(attn_implementation, dtype):
+def test_fully_padded_source_row_stays_finite(attn_implementation, dtype, device):
     model = make_model(attn_implementation=attn_implementation)
     with torch.no_grad():  # trained models have attention logits of tens: -65504 + (-40) overflows float16 to -inf
         for name, parameter in model.named_parameters():
             if "q_proj" in name:
                 parameter.mul_(40.0)
-    model = model.to(dtype)
+    model = model.to(device, dtype)
     input_ids, attention_mask = padded_batch([[5, 6, 7, EOS], [8, EOS]])
     attention_mask[1] = 0  # row 1: every source position is padding, so encoder and cross attention see nothing
     decoder_input_ids, decoder_attention_mask = padded_batch([[BOS, 9, 10], [BOS]])
     decoder_attention_mask[1] = 0  # and its target is padding too
     model.train()  # the gradient must be finite as well
     out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        decoder_input_ids=decoder_input_ids,
-        decoder_attention_mask=decoder_attention_mask,
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        decoder_input_ids=decoder_input_ids.to(device),
+        decoder_attention_mask=decoder_attention_mask.to(device),
     )
     assert torch.isfinite(out.encoder_last_hidden_state).all()
     assert torch.isfinite(out.logits).all()
@@ -35,14 +35,15 @@ def test_fully_padded_source_row_stays_finite(attn_implementation, dtype):
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_half_precision_tracks_float32(attn_implementation, dtype):
+def test_half_precision_tracks_float32(attn_implementation, dtype, device):
     model = make_model(attn_implementation=attn_implementation)
     input_ids, attention_mask = padded_batch([[5, 6, 7, EOS], [8, EOS]])
     decoder_input_ids = torch.tensor([[BOS, 9, 10], [BOS, 11, 12]])
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     with torch.no_grad():
-        reference = model(**inputs).logits
-        half = model.to(dtype)(**inputs).logits.float()
+        reference = model(**inputs).logits  # float32 on the CPU
+        inputs = {name: tensor.to(device) for name, tensor in inputs.items()}
+        half = model.to(device, dtype)(**inputs).logits.float().cpu()
     assert (half - reference).abs().max() < 0.1 * reference.abs().max()
 
 
