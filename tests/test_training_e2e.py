@@ -93,7 +93,7 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smo
     model = AutoModelForSeq2SeqLM.from_pretrained(output / "final")
     tokenizer = AutoTokenizer.from_pretrained(output / "final")
     translation = pipeline("translation", model=model, tokenizer=tokenizer)("A dog runs.", num_beams=2)
-    tokens = model.generate(**tokenizer(["A dog runs."], return_tensors="pt"), num_beams=2)
+    tokens = model.generate(**tokenizer(["A dog runs."], return_tensors="pt").to(model.device), num_beams=2)
     assert translation[0]["translation_text"] == tokenizer.decode(tokens[0], skip_special_tokens=True)
 
 
