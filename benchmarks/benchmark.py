@@ -273,11 +273,14 @@ def _spread(measured: dict) -> str:
 
 
 def markdown_table(report: dict) -> str:
-    """One row per measurement: both models' median [min–max], their ratio, and each engine's median and ratio."""
-    header = ["measurement", "unit", "hf_vanilla", "MarianMT", "ratio (ours/Marian)", *ENGINE_COLUMNS.values()]
+    """One row per measurement: both models' median [min–max], their ratio, and the median and ratio of each engine
+    that ran (the engines run on the CPU only)."""
+    columns = [column for column in ENGINE_COLUMNS if any(row.get(column) for row in report["results"])]
+    header = ["measurement", "unit", "hf_vanilla", "MarianMT", "ratio (ours/Marian)"]
+    header += [ENGINE_COLUMNS[column] for column in columns]
     rows = []
     for row in report["results"]:
-        engines = [row.get(column) for column in ENGINE_COLUMNS]
+        engines = [row.get(column) for column in columns]
         cells = [row["name"], row["unit"], _spread(row["hf_vanilla"]), _spread(row["marian"])]
         cells.append(f"{row['ratio']:.2f} ({row['better']} is better)")
         cells += [f"{e['median']:.1f} ({e['ratio_vs_marian']:.2f}x Marian)" if e else "—" for e in engines]
