@@ -311,6 +311,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "bf16": render_bf16,
     "engines": render_engines,
     "marian": render_marian,
+    "marian-base-cuda": functools.partial(render_marian, "marian-base-cuda.json"),
     "quickstart": render_quickstart,
     "quickstart-bf16": render_quickstart_bf16,
     "test-command": render_test_command,
