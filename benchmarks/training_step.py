@@ -9,7 +9,9 @@ the inverse-square-root schedule. A step is what the Trainer's loop does for one
 Calls alternate (ours, Marian, ours, ...) after a warm-up, each call the same `--batches` batches in the same order,
 so machine noise hits both alike; the ratio is Marian's median seconds over ours (above 1: ours is faster). Each
 model's GFLOP/s (`torch.utils.flop_counter` over one call) is set against the machine's float32 matmul rate on the
-same threads, and `torch.profiler` gives the share of our step each operator takes.
+same threads, and `torch.profiler` gives the share of our step each operator takes. `--compile` turns on the
+Trainer's `torch_compile` for both models, which Accelerate's `prepare_model` applies (Inductor, shapes made dynamic
+after the first recompile); the first call, which compiles, is timed on its own.
 
     python -m benchmarks.training_step --shape quickstart --threads 2 --json docs/results/training-step-cpu.json
 """
@@ -82,9 +84,10 @@ def trainer_for(model, tokenizer, dataset: Dataset, args: Seq2SeqTrainingArgumen
 
 
 def update_steps(trainer: TokenBudgetSeq2SeqTrainer, batches: list[dict]) -> Callable[[], list[float]]:
-    """One call: an update on each of `batches`, as the Trainer's loop makes it; returns the losses."""
+    """One call: an update on each of `batches`, as the Trainer's loop makes it; returns the losses. The model is
+    what the Trainer trains: Accelerate's `prepare_model` of it (compiled where the arguments ask for it)."""
     trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
-    model, args = trainer.model, trainer.args
+    model, args = trainer.accelerator.prepare_model(trainer.model), trainer.args
 
     def run() -> list[float]:
         losses = []
@@ -130,20 +133,23 @@ def operator_shares(fn: Callable[[], None], rows: int = 12) -> list[dict]:
     ]
 
 
-def run(shape: str, threads: int, repeats: int, batches: int, optim: str) -> dict:
+def run(shape: str, threads: int, repeats: int, batches: int, optim: str, compile_models: bool = False) -> dict:
     torch.set_num_threads(threads)
     sources = list(stream_lines(MULTI30K / "train.en.gz")) + list(stream_lines(MULTI30K / "train.de.gz"))
     tokenizer = train_bpe_tokenizer(sources, VOCAB_SIZE, show_progress=False)
     models = build_models({**SHAPES[shape], "vocab": len(tokenizer)}, "cpu", torch.float32)
-    steps, flops = {}, {}
+    steps, flops, first_call = {}, {}, {}
     with tempfile.TemporaryDirectory() as output:
-        args = Seq2SeqTrainingArguments(output_dir=output, use_cpu=True, report_to=[], optim=optim, **RECIPE)
+        args = Seq2SeqTrainingArguments(
+            output_dir=output, use_cpu=True, report_to=[], optim=optim, torch_compile=compile_models, **RECIPE
+        )
         dataset = multi30k_pairs(tokenizer, pairs=4000)
         trainers = {name: trainer_for(model, tokenizer, dataset, args) for name, model in models.items()}
         # the same batches for both: our loader's first ones (the collators agree: both start decoding from id 1)
         chosen = list(itertools.islice(trainers["ours"].get_train_dataloader(), batches))
         for name, trainer in trainers.items():
             steps[name] = update_steps(trainer, chosen)
+            first_call[name] = timed(steps[name], "cpu")  # compiling, where asked: before the flop counter's call
             flops[name] = flops_of(steps[name])
         seconds = alternate(steps, repeats, "cpu")
         shares = operator_shares(steps["ours"])
@@ -156,6 +162,8 @@ def run(shape: str, threads: int, repeats: int, batches: int, optim: str) -> dic
         "batches": batches,
         "target_tokens_per_call": target_tokens,
         "optim": optim,
+        "torch_compile": compile_models,
+        "first_call_seconds": first_call,
         "threads": threads,
         "repeats": repeats,
         "torch": torch.__version__,
@@ -172,11 +180,19 @@ def run(shape: str, threads: int, repeats: int, batches: int, optim: str) -> dic
     }
 
 
+def compiled(result: dict) -> str:
+    """ ", torch.compile" and how long each model's first call (which compiles) took, or nothing."""
+    if not result.get("torch_compile"):
+        return ""
+    first = result["first_call_seconds"]
+    return f", torch.compile (first call {first['ours']:.0f} s, Marian {first['marian']:.0f} s)"
+
+
 def table(results: list[dict]) -> str:
     rows = [
         [
             result["shape_name"],
-            result["optim"],
+            result["optim"] + compiled(result),
             f"{1000 * result['seconds_per_update']['ours']['median']:.0f}",
             f"{1000 * result['seconds_per_update']['marian']['median']:.0f}",
             f"{result['speedup_over_marian']:.2f}x",
@@ -195,12 +211,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10, help="updates per timed call")
     parser.add_argument("--optim", default=QUICKSTART["optim"], help="the Trainer's optimizer, for both models")
+    parser.add_argument("--compile", action="store_true", help="the Trainer's torch_compile, for both models")
     parser.add_argument("--json", help="write the results here (docs/results/...)")
     args = parser.parse_args()
     results = []
     for shape in args.shape:
         print(f"{shape}: ...", flush=True)
-        results.append({"shape_name": shape, **run(shape, args.threads, args.repeats, args.batches, args.optim)})
+        results.append(
+            {"shape_name": shape, **run(shape, args.threads, args.repeats, args.batches, args.optim, args.compile)}
+        )
     print(table(results))
     if args.json:
         with open(args.json, "w") as handle:
