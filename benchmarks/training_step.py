@@ -9,9 +9,10 @@ the inverse-square-root schedule. A step is what the Trainer's loop does for one
 Calls alternate (ours, Marian, ours, ...) after a warm-up, each call the same `--batches` batches in the same order,
 so machine noise hits both alike; the ratio is Marian's median seconds over ours (above 1: ours is faster). Each
 model's GFLOP/s (`torch.utils.flop_counter` over one call) is set against the machine's float32 matmul rate on the
-same threads, and `torch.profiler` gives the share of our step each operator takes. `--compile` turns on the
-Trainer's `torch_compile` for both models, which Accelerate's `prepare_model` applies (Inductor, shapes made dynamic
-after the first recompile); the first call, which compiles, is timed on its own.
+same threads, and `torch.profiler` gives the share of our step each operator takes. `--compile` adds, for each shape,
+a run with the Trainer's `torch_compile` on for both models, which Accelerate's `prepare_model` applies (Inductor,
+shapes made dynamic after the first recompile), right after the eager one; the first call, which compiles, is timed
+on its own.
 
     python -m benchmarks.training_step --shape quickstart --threads 2 --json docs/results/training-step-cpu.json
 """
@@ -211,14 +212,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10, help="updates per timed call")
     parser.add_argument("--optim", default=QUICKSTART["optim"], help="the Trainer's optimizer, for both models")
-    parser.add_argument("--compile", action="store_true", help="the Trainer's torch_compile, for both models")
+    parser.add_argument("--compile", action="store_true", help="also with the Trainer's torch_compile (both models)")
     parser.add_argument("--json", help="write the results here (docs/results/...)")
     args = parser.parse_args()
     results = []
-    for shape in args.shape:
-        print(f"{shape}: ...", flush=True)
+    for shape, compile_models in itertools.product(args.shape, [False, True] if args.compile else [False]):
+        print(f"{shape}{', compiled' if compile_models else ''}: ...", flush=True)
         results.append(
-            {"shape_name": shape, **run(shape, args.threads, args.repeats, args.batches, args.optim, args.compile)}
+            {"shape_name": shape, **run(shape, args.threads, args.repeats, args.batches, args.optim, compile_models)}
         )
     print(table(results))
     if args.json:
