@@ -324,7 +324,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "scale-goals": render_scale_goals,
     "tokenize-speed": render_tokenize_speed,
     "training-step": functools.partial(
-        render_training_step, "training-step-cpu.json", "training-step-fused-adamw-cpu.json"
+        render_training_step,
+        "training-step-cpu.json",
+        "training-step-fused-adamw-cpu.json",
+        "training-step-compile-cpu.json",
     ),
     "transformers-releases": render_transformers_releases,
 }
