@@ -182,7 +182,7 @@ def run(shape: str, threads: int, repeats: int, batches: int, optim: str, compil
 
 
 def compiled(result: dict) -> str:
-    """ ", torch.compile" and how long each model's first call (which compiles) took, or nothing."""
+    """The optimizer cell's suffix for a compiled run: torch.compile and each model's first call (which compiles)."""
     if not result.get("torch_compile"):
         return ""
     first = result["first_call_seconds"]
