@@ -48,6 +48,11 @@ def device(request) -> str:
     return request.param
 
 
+def to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    """Model inputs by name, each moved to `device`."""
+    return {name: tensor.to(device) for name, tensor in tensors.items()}
+
+
 def pytest_configure(config):
     """Every test, and every command a test starts, gets a datasets cache (so also a default data cache) of this
     session only: no run reuses the BPE or tokenized files of an earlier session, and the user's cache is untouched."""

@@ -9,7 +9,7 @@ from torch import nn
 
 from hf_vanilla.modeling_vanilla import VanillaAttention, sinusoidal_position_table
 
-from .conftest import BOS, EOS, make_model, padded_batch
+from .conftest import BOS, EOS, make_model, padded_batch, to_device
 
 
 def reference_position_encoding(length: int, dim: int) -> torch.Tensor:
@@ -119,7 +119,7 @@ def test_matches_torch_nn_transformer_in_float64(attn_implementation, source_bat
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
         )
-        ours = copy.deepcopy(model).to(device)(**{name: tensor.to(device) for name, tensor in inputs.items()})
+        ours = copy.deepcopy(model).to(device)(**to_device(inputs, device))
         memory, logits = reference_forward(model, **inputs)  # on the CPU
 
     valid_source = attention_mask.bool()

@@ -14,7 +14,7 @@ from hf_vanilla.inference import static_cache_and_compile
 from hf_vanilla.modeling_vanilla import DEFAULT_MAX_LENGTH
 from hf_vanilla.pipeline_vanilla import decoding_max_length
 
-from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch
+from .conftest import BOS, EOS, PAD, decode_step_by_step, make_model, padded_batch, to_device
 
 
 GREEDY = dict(num_beams=1, do_sample=False)
@@ -43,7 +43,7 @@ def inputs(source_batch):
 @pytest.fixture
 def placed(model, inputs, device):
     """A copy of the module's model and the inputs on `device`: the decoding invariants hold on every device."""
-    return copy.deepcopy(model).to(device), {name: tensor.to(device) for name, tensor in inputs.items()}
+    return copy.deepcopy(model).to(device), to_device(inputs, device)
 
 
 @pytest.mark.parametrize("mode", [GREEDY, BEAM, SAMPLE], ids=["greedy", "beam4_nbest2", "sampling"])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from .conftest import BOS, EOS, make_model, padded_batch
+from .conftest import BOS, EOS, make_model, padded_batch, to_device
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -20,12 +20,13 @@ def test_fully_padded_source_row_stays_finite(attn_implementation, dtype, device
     decoder_input_ids, decoder_attention_mask = padded_batch([[BOS, 9, 10], [BOS]])
     decoder_attention_mask[1] = 0  # and its target is padding too
     model.train()  # the gradient must be finite as well
-    out = model(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        decoder_input_ids=decoder_input_ids.to(device),
-        decoder_attention_mask=decoder_attention_mask.to(device),
+    inputs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
     )
+    out = model(**to_device(inputs, device))
     assert torch.isfinite(out.encoder_last_hidden_state).all()
     assert torch.isfinite(out.logits).all()
     out.logits.float().sum().backward()
@@ -42,8 +43,7 @@ def test_half_precision_tracks_float32(attn_implementation, dtype, device):
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     with torch.no_grad():
         reference = model(**inputs).logits  # float32 on the CPU
-        inputs = {name: tensor.to(device) for name, tensor in inputs.items()}
-        half = model.to(device, dtype)(**inputs).logits.float().cpu()
+        half = model.to(device, dtype)(**to_device(inputs, device)).logits.float().cpu()
     assert (half - reference).abs().max() < 0.1 * reference.abs().max()
 
 
