@@ -55,10 +55,17 @@ def to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.
 
 def pytest_configure(config):
     """Every test, and every command a test starts, gets a datasets cache (so also a default data cache) of this
-    session only: no run reuses the BPE or tokenized files of an earlier session, and the user's cache is untouched."""
+    session only: no run reuses the BPE or tokenized files of an earlier session, and the user's cache is untouched.
+
+    They also run torch on one thread, unless OMP_NUM_THREADS says otherwise: the test models are tiny, so a second
+    thread mostly waits at each operator's barrier, and where another process keeps the other cores busy (CI runs its
+    floors and newest legs beside the suite) it waits there for a thread that is not running."""
     session_cache = tempfile.mkdtemp(prefix="hf-vanilla-tests-")
     config.add_cleanup(lambda: shutil.rmtree(session_cache, ignore_errors=True))
     os.environ["HF_DATASETS_CACHE"] = session_cache
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 MULTI30K, _ = BUNDLED_CORPORA["multi30k"]  # shipped with the package: no test skips for lack of data
