@@ -83,10 +83,13 @@ def timed(fn: Callable[[], object], device: str) -> float:
     return time.perf_counter() - start
 
 
-def alternate(runs: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, list[float]]:
-    """One warm-up call each, then A B A B ...: seconds per call for each entry."""
-    for fn in runs.values():
-        fn()
+def alternate(
+    runs: dict[str, Callable[[], object]], repeats: int, device: str, warm_up: bool = True
+) -> dict[str, list[float]]:
+    """One warm-up call each (unless the caller has made one), then A B A B ...: seconds per call for each entry."""
+    if warm_up:
+        for fn in runs.values():
+            fn()
     seconds = {name: [] for name in runs}
     for _ in range(repeats):
         for name, fn in runs.items():

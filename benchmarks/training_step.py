@@ -152,7 +152,7 @@ def run(shape: str, threads: int, repeats: int, batches: int, optim: str, compil
             steps[name] = update_steps(trainer, chosen)
             first_call[name] = timed(steps[name], "cpu")  # compiling, where asked: before the flop counter's call
             flops[name] = flops_of(steps[name])
-        seconds = alternate(steps, repeats, "cpu")
+        seconds = alternate(steps, repeats, "cpu", warm_up=False)  # two calls each above
         shares = operator_shares(steps["ours"])
     peak = matmul_gflops(threads)
     median = {name: statistics.median(values) for name, values in seconds.items()}
