@@ -1,5 +1,7 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
+import hashlib
+import importlib.metadata
 import importlib.util
 import math
 import os
@@ -9,10 +11,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -66,6 +70,59 @@ def pytest_configure(config):
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# What a build in the cache depends on besides its name: our code, the test helpers that train and save, and the
+# libraries that compute, save and export (an absent one counts as a version of its own).
+BUILD_CODE = sorted(
+    [*(ROOT / "hf_vanilla").rglob("*.py"), ROOT / "tests" / "conftest.py", ROOT / "benchmarks" / "synthetic.py"]
+)
+BUILD_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "onnx", "onnxscript", "onnxruntime",
+                   "ctranslate2", "openvino")  # fmt: skip
+
+
+def build_key() -> str:
+    """A digest of the Python, the library versions and the code a cached build came from: any change, a new key."""
+    digest = hashlib.sha256(sys.version.encode())
+    for library in BUILD_LIBRARIES:
+        try:
+            digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(f"{library} absent".encode())
+    for path in BUILD_CODE:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_cache(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where builds are kept: pytest's cache folder (`.pytest_cache`, kept across runs of one checkout; `--cache-clear`
+    empties it), or without the cache plugin (`-p no:cacheprovider`) this run's temporary folder, which pytest-xdist's
+    workers share."""
+    if getattr(config, "cache", None) is not None:
+        return config.cache.mkdir("hf-vanilla-builds")
+    run_folder = tmp_path_factory.getbasetemp()
+    return run_folder.parent if os.environ.get("PYTEST_XDIST_WORKER") else run_folder
+
+
+def built_once(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    """The folder `build` fills, built once for every pytest process with the same code and libraries: the first to
+    ask builds it under a lock while the others wait, and later runs reuse it while `build_key()` is unchanged. A
+    build of another key is removed, never reused; a build cut short leaves only a partial folder, built again."""
+    cache = build_cache(config, tmp_path_factory)
+    folder = cache / f"{name}-{build_key()}"
+    with FileLock(cache / f"{name}.lock"):
+        if not folder.is_dir():
+            for stale in cache.glob(f"{name}-*"):
+                shutil.rmtree(stale)
+            partial = cache / f"{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            build(partial)
+            partial.rename(folder)
+    return folder
 
 
 MULTI30K, _ = BUNDLED_CORPORA["multi30k"]  # shipped with the package: no test skips for lack of data
@@ -216,10 +273,26 @@ def train_reversal_model():
     raise AssertionError(f"the reversal model still fails {wrong} of {2 * len(sources)} decodings after 3 rounds")
 
 
+def save_reversal_model(folder: Path) -> None:
+    model, _ = train_reversal_model()
+    model.save_pretrained(folder)
+
+
 @pytest.fixture(scope="session")
-def reversal_model():
+def reversal_model_folder(request, tmp_path_factory) -> Path:
+    """The reversal model, trained once and saved, in the build cache."""
+    return built_once(request.config, tmp_path_factory, "reversal-model", save_reversal_model)
+
+
+@pytest.fixture(scope="session")
+def reversal_model(reversal_model_folder):
     """A model that reverses every source: for comparing exports, engines and decoding paths on meaningful output."""
-    return train_reversal_model()
+    from benchmarks.synthetic import word_level_tokenizer
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(
+        reversal_model_folder, attn_implementation="eager"
+    )
+    return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
 
 
 def unsure_model():
@@ -253,28 +326,43 @@ def unsure_reversal_model():
     return unsure_model()
 
 
-@pytest.fixture(scope="session")
-def reversal_exports(reversal_model, tmp_path_factory) -> dict[str, Path]:
-    """The reversal model saved with its tokenizer ("pytorch"), and exported by the commands users run ("onnx",
-    "ctranslate2", and "openvino" where it is installed; float32)."""
-    from hf_vanilla.commands import main
+def export_reversal_model(model_folder: Path) -> Callable[[Path], None]:
+    """A build of the reversal model saved with its tokenizer ("pytorch") and exported by the commands users run
+    ("onnx", "ctranslate2", and "openvino" where it is installed; float32), each in a folder of its own."""
 
+    def build(folder: Path) -> None:
+        from tokenizers import pre_tokenizers
+        from transformers import AutoTokenizer
+
+        from benchmarks.synthetic import word_level_tokenizer
+        from hf_vanilla.commands import main
+
+        shutil.copytree(model_folder, folder / "pytorch")
+        word_level_tokenizer(REVERSAL_VOCAB).save_pretrained(folder / "pytorch")
+        text_tokenizer = AutoTokenizer.from_pretrained(folder / "pytorch")  # reads "t5 t9 </s>" as three tokens
+        text_tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        text_tokenizer.save_pretrained(folder / "pytorch")
+        for engine in EXPORT_ENGINES:
+            main(["export", engine, str(folder / "pytorch"), str(folder / engine)])
+
+    return build
+
+
+EXPORT_ENGINES = ["onnx", "ctranslate2"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+
+
+@pytest.fixture(scope="session")
+def reversal_exports(request, reversal_model_folder, tmp_path_factory) -> dict[str, Path]:
+    """The reversal model's folders by engine: "pytorch" (the model and its tokenizer), and its exports. Each session
+    gets a copy of the build cache's, so a test that writes into one cannot change what later runs read."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
-    from tokenizers import pre_tokenizers
-    from transformers import AutoTokenizer
-
-    model, tokenizer = reversal_model
+    built = built_once(
+        request.config, tmp_path_factory, "reversal-exports", export_reversal_model(reversal_model_folder)
+    )
     folder = tmp_path_factory.mktemp("reversal")
-    model.save_pretrained(folder / "pytorch")
-    tokenizer.save_pretrained(folder / "pytorch")
-    text_tokenizer = AutoTokenizer.from_pretrained(folder / "pytorch")  # reads "t5 t9 </s>" as three tokens
-    text_tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    text_tokenizer.save_pretrained(folder / "pytorch")
-    engines = ["onnx", "ctranslate2"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
-    for engine in engines:
-        main(["export", engine, str(folder / "pytorch"), str(folder / engine)])
-    return {engine: folder / engine for engine in ("pytorch", *engines)}
+    shutil.copytree(built, folder, dirs_exist_ok=True)
+    return {engine: folder / engine for engine in ("pytorch", *EXPORT_ENGINES)}
 
 
 # Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task
