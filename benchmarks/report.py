@@ -269,6 +269,16 @@ def render_test_command(name: str = "test-command-cpu.json") -> str:
     )
 
 
+def render_test_durations(name: str = "test-durations-cpu.json") -> str:
+    """Seconds per test file and the slowest tests before and after, then the phases of a CI run."""
+    from benchmarks.test_durations import ci_table, table
+
+    document = load(name)
+    runs = [result for result in document["results"] if "files" in result]
+    ci = [ci_table(result) for result in document["results"] if "phases" in result]
+    return "\n\n".join([table(runs), *ci, provenance(document, name)]) + "\n"
+
+
 def render_translate_memory(name: str = "translate-memory-cpu.json") -> str:
     """Peak memory of `hf-vanilla translate` per file length: it follows the buffer, not the file."""
     document = load(name)
@@ -315,6 +325,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "quickstart": render_quickstart,
     "quickstart-bf16": render_quickstart_bf16,
     "test-command": render_test_command,
+    "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,
     "scale": render_scale,
     "scale-36m": functools.partial(render_scale, "scale-cpu-36m.json"),

@@ -1,10 +1,12 @@
-"""Where the test suite's time goes: seconds per test file and the slowest tests, read from pytest's JUnit XML report
-of a run (`--junitxml`, or `PYTEST_ADDOPTS=--junitxml=...` beside a command that must stay as written), so the next
-cut is chosen from data. Each run is recorded with the commit it tested.
+"""Where the test suite's and CI's time goes: seconds per test file and the slowest tests, read from pytest's JUnit
+XML report of a run (`--junitxml`, or `PYTEST_ADDOPTS=--junitxml=...` beside a command that must stay as written),
+and seconds per phase of `.ci/run`, read from its log (each step prints `== NAME (N s into CI)`), so the next cut is
+chosen from data. Each run is recorded with the commit it tested.
 
     python -m benchmarks.test_command --junit /work/after.xml   # the README's command; keeps its report
+    bash .ci/run | tee /work/ci.log
     python -m benchmarks.test_durations --run before d6f7dae /work/before.xml --run after HEAD /work/after.xml \\
-        --json docs/results/test-durations-cpu.json
+        --ci after HEAD /work/ci.log --json docs/results/test-durations-cpu.json
 
 A test's time is its setup, call and teardown together (pytest's default `junit_duration_report`), so a fixture that
 builds something for many tests counts in the first test that asks for it. With pytest-xdist the tests' times add up
@@ -13,9 +15,11 @@ to more than the run's wall time: the workers run side by side.
 
 import argparse
 import json
+import re
 import subprocess
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 from benchmarks import ROOT, markdown, record
@@ -47,13 +51,26 @@ def durations(report: Path) -> dict:
     }
 
 
+def ci_phases(log: Path) -> dict:
+    """Each step of a `.ci/run` log with its seconds, from its start to the next step's; the last step ends CI."""
+    marks = [
+        (name, int(at)) for name, at in re.findall(r"^== (.*) \((\d+) s into CI\)$", log.read_text(), re.MULTILINE)
+    ]
+    if not marks or marks[-1][0] != "CI passed":
+        raise SystemExit(f"{log}: not the log of a CI run that passed")
+    phases = [{"phase": name, "seconds": end - start} for (name, start), (_, end) in pairwise(marks)]
+    return {"ci_s": marks[-1][1], "phases": phases}
+
+
 def table(results: list[dict]) -> str:
     """Seconds per test file, a column per run, the slowest file first; then each run's slowest tests."""
     labels = [result["run"] for result in results]
     seconds = {result["run"]: {f["file"]: f["seconds"] for f in result["files"]} for result in results}
-    files = sorted(
-        {f for run in seconds.values() for f in run}, key=lambda f: -max(run.get(f, 0) for run in seconds.values())
-    )
+
+    def slowest_first(f: str) -> tuple[float, str]:  # by the file's longest time in any run, then by name
+        return -max(run.get(f, 0) for run in seconds.values()), f
+
+    files = sorted({f for run in seconds.values() for f in run}, key=slowest_first)
     rows = [
         [f"`{f}`", *(f"{seconds[label][f]:.1f}" if f in seconds[label] else "-" for label in labels)] for f in files
     ]
@@ -65,6 +82,13 @@ def table(results: list[dict]) -> str:
         names = ", ".join(f"`{t['test'].split('::', 1)[1]}` {t['seconds']:.0f} s" for t in result["slowest"][:8])
         slowest.append(f"Slowest tests, {result['run']}: {names}.")
     return markdown(header, rows) + "\n\n" + "\n\n".join(slowest)
+
+
+def ci_table(result: dict) -> str:
+    """The phases of one CI run, in order, and its total."""
+    rows = [[phase["phase"], str(phase["seconds"])] for phase in result["phases"]]
+    rows.append(["**the whole of `.ci/run`**", f"**{result['ci_s']}**"])
+    return markdown([f"phase of `.ci/run`, {result['run']} ({result['commit'][:7]})", "seconds"], rows)
 
 
 def resolve(commit: str) -> str:
@@ -79,12 +103,17 @@ def main() -> None:
         "--run", nargs=3, action="append", required=True, metavar=("LABEL", "COMMIT", "JUNIT_XML"),
         help="a run's label, the commit it tested and its JUnit XML report; repeat for each run",
     )  # fmt: skip
+    parser.add_argument(
+        "--ci", nargs=3, action="append", default=[], metavar=("LABEL", "COMMIT", "CI_LOG"),
+        help="a CI run's label, the commit it ran and the log of its .ci/run",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = [{"run": label, "commit": resolve(commit), **durations(Path(xml))} for label, commit, xml in args.run]
-    print(table(results))
+    ci = [{"run": label, "commit": resolve(commit), **ci_phases(Path(log))} for label, commit, log in args.ci]
+    print(table(results), *map(ci_table, ci), sep="\n\n")
     if args.json:
-        args.json.write_text(json.dumps(record("benchmarks.test_durations", results), indent=1) + "\n")
+        args.json.write_text(json.dumps(record("benchmarks.test_durations", results + ci), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from transformers import Seq2SeqTrainingArguments
 from benchmarks.benchmark import Measurement, markdown_table
 from benchmarks.memory import peak_rss_increase
 from benchmarks.synthetic import build_models, generation_runs, source_batch
+from benchmarks.test_durations import ci_phases, durations
 from benchmarks.training_step import MULTI30K, RECIPE, multi30k_pairs, trainer_for, update_steps
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
@@ -65,3 +66,30 @@ def test_peak_memory_sees_a_block_that_is_already_freed():
         del block
 
     assert 60 <= peak_rss_increase(spike) <= 72
+
+
+def test_durations_add_up_per_file_and_ci_phases_run_from_step_to_step(tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite tests="3" skipped="1" failures="0" errors="0" time="5.0">'
+        '<testcase classname="tests.test_a" name="one" time="1.5"/>'
+        '<testcase classname="tests.test_a.TestGroup" name="two" time="2.0"/>'
+        '<testcase classname="tests.test_b" name="three" time="0.25"><skipped/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    result = durations(report)
+    assert result["files"] == [
+        {"file": "tests/test_a.py", "tests": 2, "seconds": 3.5},
+        {"file": "tests/test_b.py", "tests": 1, "seconds": 0.2},
+    ]
+    assert result["wall_s"] == 5.0 and result["sum_of_tests_s"] == 3.8 and result["skipped"] == 1
+    assert result["slowest"][0] == {"test": "tests.test_a.TestGroup::two", "seconds": 2.0}
+    log = tmp_path / "ci.log"
+    log.write_text("\n== Install (0 s into CI)\npip\n== Tests (130 s into CI)\n...\n== CI passed (400 s into CI)\n")
+    assert ci_phases(log) == {
+        "ci_s": 400,
+        "phases": [{"phase": "Install", "seconds": 130}, {"phase": "Tests", "seconds": 270}],
+    }
+    log.write_text("== Install (0 s into CI)\n== Tests (130 s into CI)\n")
+    with pytest.raises(SystemExit, match="not the log of a CI run that passed"):
+        ci_phases(log)
