@@ -204,7 +204,7 @@ def test_a_filesystem_without_flock_locks_with_a_lock_file(corpus, small_tokeniz
 HOLD_THE_LOCK = """
 import sys, time
 from pathlib import Path
-from hf_vanilla.training.preprocessing import entry_lock
+from hf_vanilla.training.cache_entries import entry_lock
 with entry_lock(Path(sys.argv[1]), "tokenized", "key"):
     print("held", flush=True)
     time.sleep(120)
@@ -212,7 +212,7 @@ with entry_lock(Path(sys.argv[1]), "tokenized", "key"):
 
 
 def test_a_lock_wait_past_the_timeout_names_the_process_that_holds_it(tmp_path, monkeypatch):
-    from hf_vanilla.training.preprocessing import entry_lock
+    from hf_vanilla.training.cache_entries import entry_lock
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -1,0 +1,158 @@
+"""A tokenized cache entry's lock, manifest and repair (the entries themselves: `preprocessing`).
+
+- Lock: a file lock per cache entry under `<data_cache_dir>/locks/` (`filelock`, as `datasets` locks its own builds),
+  held while one is built or checked, so that processes building the same entry at once (two runs, or the nodes of
+  one on a shared disk) build it once. Beside each lock, `<lock>.holder` names the process that holds it (host, pid,
+  since when), for the message of a process that waited longer than `HF_VANILLA_CACHE_LOCK_TIMEOUT` seconds (default
+  3 hours). On a filesystem without `flock` (Lustre mounted without it, some NFS) the lock is a `SoftFileLock`, a
+  file that exists while it is held, as `datasets` and `huggingface_hub` fall back to there.
+- Manifest: a complete entry's files and their sizes, written last.
+- Repair: what a killed build left is removed; a file Arrow cannot parse is told apart from a fault of the system.
+"""
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
+
+
+logger = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_VARIABLE = "HF_VANILLA_CACHE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 3 * 3600.0  # seconds: longer than building the largest corpus we measured takes
+# A complete tokenized cache's files, written last: {"splits": {split: [file, ...]}, "sizes": {file: bytes}}. Every
+# process opens the files it lists: their names come from the builder's worker count, which another node's CPU
+# count (or cgroup, or --cpus-per-task) would not reproduce.
+MANIFEST = "manifest.json"
+
+
+def has_flock(folder: Path) -> bool:
+    """Whether the filesystem of `folder` supports `flock` (the kernel answers ENOSYS where it does not)."""
+    descriptor = os.open(folder / f".flock-probe-{os.getpid()}", os.O_RDWR | os.O_CREAT, 0o664)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+    except OSError as error:
+        if error.errno == errno.ENOSYS:
+            return False
+        if error.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+    finally:
+        os.close(descriptor)
+        (folder / f".flock-probe-{os.getpid()}").unlink(missing_ok=True)
+    return True
+
+
+def new_lock(path: Path) -> BaseFileLock:
+    """A `FileLock` at `path`, or a `SoftFileLock` where the filesystem has no `flock` (every filelock release before
+    the newest would otherwise wait forever there, or raise)."""
+    if has_flock(path.parent):
+        return FileLock(str(path))
+    logger.warning("%s has no flock: locking with a lock file (SoftFileLock) instead.", path.parent)
+    return SoftFileLock(str(path))
+
+
+def lock_timeout() -> float:
+    value = os.environ.get(LOCK_TIMEOUT_VARIABLE, "")
+    try:
+        return float(value) if value else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise ValueError(f"{LOCK_TIMEOUT_VARIABLE} must be a number of seconds, got {value!r}.") from None
+
+
+@contextlib.contextmanager
+def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
+    """Hold the lock of the cache entry `<kind>/<key>`, saying so when another process holds it (it is building the
+    entry: this one waits, then opens what it wrote), and naming that process if the wait exceeds the timeout."""
+    path = cache_dir / "locks" / f"{kind}-{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = path.with_name(path.name + ".holder")
+    lock, timeout = new_lock(path), lock_timeout()
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("Another process is building or checking %s/%s in %s: waiting for it.", kind, key, cache_dir)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise TimeoutError(
+                f"Waited {timeout:.0f} s for the lock of the cache entry {kind}/{key} in {cache_dir}, held by "
+                f"{holder.read_text().strip() if holder.is_file() else 'an unknown process'}. If that process is gone "
+                f"and the lock stayed (a lock file where the disk has no flock), delete {path}; "
+                f"{LOCK_TIMEOUT_VARIABLE} sets how long to wait."
+            ) from None
+    try:
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder.write_text(f"process {os.getpid()} on {socket.gethostname()} since {since}\n")
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def check_corpus_files(corpus, error: Exception) -> None:
+    """Raise, naming the file, if one of the corpus's own Arrow files cannot be read: then `error` came from the
+    corpus, which a rebuilt cache would read again and fail on, not from the cache. Reads every file whole: only
+    after a read error."""
+    for dataset in corpus.values():
+        for file in dataset.cache_files:
+            path = Path(file["filename"])
+            try:
+                with pa.memory_map(str(path)) as source:
+                    pa.ipc.open_stream(source).read_all()
+            except (pa.ArrowInvalid, OSError) as corpus_error:
+                raise ValueError(
+                    f"The corpus file {path} cannot be read ({corpus_error}), so the corpus cannot be tokenized. It "
+                    "is the `datasets` cache of the corpus text: delete it to read the text again."
+                ) from error
+
+
+def is_arrow_read_error(error: Exception) -> bool:
+    """Whether `error` is Arrow failing to parse a file's bytes: `ArrowInvalid`, or the `OSError` without an errno
+    that Arrow raises for a malformed message (`pa.ArrowIOError` is `OSError` itself). An error of the system (a full
+    disk, permissions, a stale NFS handle, too many open files) carries its errno."""
+    return isinstance(error, pa.ArrowInvalid) or (isinstance(error, OSError) and error.errno is None)
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a complete cache folder, or None for a build in progress or an interrupted one (which
+    `Dataset.map` completes). A manifest that is not what `_tokenize_into` writes raises ValueError."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    if not (isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("splits", "sizes"))):
+        raise ValueError("not a JSON object of splits and file sizes")
+    return manifest
+
+
+def unreadable(folder: Path) -> str | None:
+    """Why a complete cache folder cannot be trusted (a manifest that cannot be read, a file missing or of another
+    size than its manifest says), or None."""
+    try:
+        manifest = read_manifest(folder)
+    except ValueError as error:  # written whole and renamed into place: a disk fault or a hand-edit
+        return f"{MANIFEST} is not a JSON object of splits and file sizes ({error})"
+    for name, size in (manifest or {}).get("sizes", {}).items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            actual = path.stat().st_size if path.is_file() else "missing"
+            return f"{name}: {actual} bytes, {size} when it was built"
+    return None
+
+
+def remove_temporary_files(folder: Path) -> None:
+    """`Dataset.map` writes each file under a temporary name in `folder`. Called with the entry's lock held, when no
+    build is running: any such file was left by a build that was killed."""
+    for path in folder.glob("tmp*"):
+        path.unlink(missing_ok=True)
+        logger.warning("Removed %s, left by a build that stopped.", path)
