@@ -3,9 +3,12 @@ other errors of the disk propagate and keep the cache; a full disk fails once, n
 keeps nothing; files left by a killed build are cleared at the next one; two builders of one cache build it once."""
 
 import errno
+import hashlib
 import multiprocessing
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -189,11 +192,18 @@ def test_an_unreadable_corpus_file_is_named_and_the_cache_kept(small_tokenizer, 
     assert (first.path / "validation.arrow").is_file(), "the cache was not deleted"
 
 
-def test_a_filesystem_without_flock_locks_with_a_lock_file(corpus, small_tokenizer, tmp_path, monkeypatch, caplog):
+# What the kernel answers where the filesystem has no flock: Lustre without it, NFS without its lock daemon, FUSE.
+NO_FLOCK = [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP]
+
+
+@pytest.mark.parametrize("answer", NO_FLOCK, ids=[errno.errorcode[answer] for answer in NO_FLOCK])
+def test_a_filesystem_without_flock_locks_with_a_lock_file(
+    corpus, small_tokenizer, tmp_path, monkeypatch, caplog, answer
+):
     import fcntl
 
-    def no_flock(*args):  # what the kernel answers where the filesystem has no flock (Lustre without it, some NFS)
-        raise OSError(errno.ENOSYS, "Function not implemented")
+    def no_flock(*args):
+        raise OSError(answer, os.strerror(answer))
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     built = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path, num_workers=1)
@@ -224,6 +234,89 @@ def test_a_lock_wait_past_the_timeout_names_the_process_that_holds_it(tmp_path, 
     finally:
         holder.kill()
         holder.wait()
+
+
+# A preparer on a filesystem without flock (ENOLCK, as NFS without its lock daemon answers): "stall" stops inside
+# Dataset.map, with the entry's lock held and the build begun, as a job does when Slurm preempts or the OOM killer
+# kills it; "build" tokenizes. Prints what it did and the training labels' digest.
+PREPARER = """
+import errno, fcntl, hashlib, sys, time
+from pathlib import Path
+from transformers import AutoTokenizer
+from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.training import preprocessing
+
+cache, tokenizer, mode = Path(sys.argv[1]), AutoTokenizer.from_pretrained(sys.argv[2]), sys.argv[3]
+corpus = load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 50, "test": 50})
+
+def no_flock(*args):  # from here on: the corpus's own `datasets` cache, read above, sits on another disk
+    raise OSError(errno.ENOLCK, "No locks available")
+
+fcntl.flock = no_flock
+if mode == "stall":
+    def stall(self, batch):
+        print("building", flush=True)
+        time.sleep(600)
+
+    preprocessing.PairEncoder.__call__ = stall
+done = preprocessing.tokenize_corpus(corpus, tokenizer, 30, cache_dir=cache, num_workers=1)
+labels = hashlib.sha256(str(done.splits["train"]["labels"]).encode()).hexdigest()
+print("built" if done.built else "opened", labels, flush=True)
+"""
+
+
+def preparer(cache: Path, tokenizer: Path, mode: str, **env: str) -> subprocess.Popen:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "HF_VANILLA_CACHE_LOCK_TIMEOUT": "120", **env}
+    command = [sys.executable, "-c", PREPARER, str(cache), str(tokenizer), mode]
+    return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen) -> tuple[str, str]:
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    return stdout.strip(), stderr
+
+
+@pytest.mark.slow
+def test_a_requeued_job_takes_over_the_lock_file_of_a_killed_preparer_and_builds_once(
+    corpus, small_tokenizer, tmp_path
+):
+    """The preparer is SIGKILLed mid-build under the lock file; the requeued job's two processes find its holder
+    gone, one of them takes the lock over at once (saying from whom) and builds, the other waits and opens what it
+    built, and the ids are those of a build that was never interrupted."""
+    small_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    cache = tmp_path / "cache"
+    killed = preparer(cache, tmp_path / "tokenizer", "stall")
+    assert killed.stdout.readline().strip() == "building"
+    killed.kill()
+    killed.wait()
+    assert list((cache / "locks").glob("*.lock")), "the killed preparer left its lock file"
+    requeued = [preparer(cache, tmp_path / "tokenizer", "build") for _ in range(2)]
+    (first, first_log), (second, second_log) = map(finished, requeued)
+    assert sorted(line.split()[0] for line in (first, second)) == ["built", "opened"], "one builder, never two"
+    took_over = "Took over the lock of the cache entry tokenized/"
+    assert (first_log + second_log).count(took_over) == 1, first_log + second_log
+    assert f"from process {killed.pid} on {socket.gethostname()} since" in first_log + second_log
+    expected = tokenize_corpus(corpus, small_tokenizer, 30, cache_dir=tmp_path / "uninterrupted", num_workers=1)
+    digest = hashlib.sha256(str(expected.splits["train"]["labels"]).encode()).hexdigest()
+    assert first.split()[1] == second.split()[1] == digest, "nothing of the corpus was lost"
+
+
+@pytest.mark.slow
+def test_a_frozen_holder_loses_its_lock_file_once_its_lease_passes_without_a_refresh(small_tokenizer, tmp_path):
+    """A holder that stops refreshing (here SIGSTOPped; elsewhere a host gone from the network) keeps its lock file
+    only for the lease: the waiter then takes it over and builds."""
+    small_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    lease = {"HF_VANILLA_CACHE_LOCK_LEASE": "3"}
+    frozen = preparer(tmp_path / "cache", tmp_path / "tokenizer", "stall", **lease)
+    try:
+        assert frozen.stdout.readline().strip() == "building"
+        os.kill(frozen.pid, signal.SIGSTOP)
+        waiter, log = finished(preparer(tmp_path / "cache", tmp_path / "tokenizer", "build", **lease))
+        assert waiter.startswith("built") and f"from process {frozen.pid} on" in log
+    finally:
+        frozen.kill()
+        frozen.wait()
 
 
 def test_the_size_estimate_of_a_full_disk_is_within_1_5x_of_the_built_cache(corpus, small_tokenizer, tmp_path):

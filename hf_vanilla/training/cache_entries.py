@@ -4,8 +4,15 @@
   held while one is built or checked, so that processes building the same entry at once (two runs, or the nodes of
   one on a shared disk) build it once. Beside each lock, `<lock>.holder` names the process that holds it (host, pid,
   since when), for the message of a process that waited longer than `HF_VANILLA_CACHE_LOCK_TIMEOUT` seconds (default
-  3 hours). On a filesystem without `flock` (Lustre mounted without it, some NFS) the lock is a `SoftFileLock`, a
-  file that exists while it is held, as `datasets` and `huggingface_hub` fall back to there.
+  3 hours). On a filesystem without `flock` (Lustre mounted without it, NFS without its lock daemon, some FUSE
+  mounts: the kernel answers ENOSYS, ENOLCK or EOPNOTSUPP) the lock is filelock's `SoftFileLease`, a file that exists
+  while it is held, as `datasets` and `huggingface_hub` fall back to a lock file there. It records its holder (host,
+  PID namespace, pid, and the process's start with the boot id) and refreshes itself every third of its lease
+  (`HF_VANILLA_CACHE_LOCK_LEASE`, default 10 minutes). A waiter takes it over at once where the holder was on its
+  own host and is gone (SIGKILLed, OOM-killed, preempted; its pid reused or the host restarted since), and from a
+  holder on another host once no refresh came for the lease: a Slurm job requeued after its preparer was killed
+  builds the entry instead of waiting out the timeout. The waiter that takes over says so in one line naming the old
+  holder. A `flock` is released by the kernel when its holder dies, so that case needs nothing of this.
 - Manifest: a complete entry's files and their sizes, written last.
 - Repair: what a killed build left is removed; a file Arrow cannot parse is told apart from a fault of the system.
 """
@@ -22,13 +29,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
+from filelock import BaseFileLock, FileLock, SoftFileLease, Timeout
 
 
 logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_VARIABLE = "HF_VANILLA_CACHE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 3 * 3600.0  # seconds: longer than building the largest corpus we measured takes
+LOCK_LEASE_VARIABLE = "HF_VANILLA_CACHE_LOCK_LEASE"
+# Seconds without a refresh after which a lock file held from another host is taken over. The holder refreshes every
+# third of it from a thread of its own, so only a process that is gone (or frozen that long) loses it.
+DEFAULT_LOCK_LEASE = 600.0
+# What `flock` answers where the filesystem does not support it: ENOSYS (Lustre without -o flock), ENOLCK (NFS without
+# its lock daemon), EOPNOTSUPP (some FUSE and network mounts).
+NO_FLOCK_ERRNOS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 # A complete tokenized cache's files, written last: {"splits": {split: [file, ...]}, "sizes": {file: bytes}}. Every
 # process opens the files it lists: their names come from the builder's worker count, which another node's CPU
 # count (or cgroup, or --cpus-per-task) would not reproduce.
@@ -36,13 +50,13 @@ MANIFEST = "manifest.json"
 
 
 def has_flock(folder: Path) -> bool:
-    """Whether the filesystem of `folder` supports `flock` (the kernel answers ENOSYS where it does not)."""
+    """Whether the filesystem of `folder` supports `flock` (the kernel answers one of `NO_FLOCK_ERRNOS` where not)."""
     descriptor = os.open(folder / f".flock-probe-{os.getpid()}", os.O_RDWR | os.O_CREAT, 0o664)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(descriptor, fcntl.LOCK_UN)
     except OSError as error:
-        if error.errno == errno.ENOSYS:
+        if error.errno in NO_FLOCK_ERRNOS:
             return False
         if error.errno not in (errno.EAGAIN, errno.EACCES):
             raise
@@ -53,20 +67,23 @@ def has_flock(folder: Path) -> bool:
 
 
 def new_lock(path: Path) -> BaseFileLock:
-    """A `FileLock` at `path`, or a `SoftFileLock` where the filesystem has no `flock` (every filelock release before
+    """A `FileLock` at `path`, or a `SoftFileLease` where the filesystem has no `flock` (every filelock release before
     the newest would otherwise wait forever there, or raise)."""
     if has_flock(path.parent):
         return FileLock(str(path))
-    logger.warning("%s has no flock: locking with a lock file (SoftFileLock) instead.", path.parent)
-    return SoftFileLock(str(path))
+    logger.warning("%s has no flock: locking with a lock file (SoftFileLease) instead.", path.parent)
+    return SoftFileLease(str(path), lease_duration=seconds_from_environment(LOCK_LEASE_VARIABLE, DEFAULT_LOCK_LEASE))
 
 
-def lock_timeout() -> float:
-    value = os.environ.get(LOCK_TIMEOUT_VARIABLE, "")
+def seconds_from_environment(variable: str, default: float) -> float:
+    value = os.environ.get(variable, "")
     try:
-        return float(value) if value else DEFAULT_LOCK_TIMEOUT
+        seconds = float(value) if value else default
     except ValueError:
-        raise ValueError(f"{LOCK_TIMEOUT_VARIABLE} must be a number of seconds, got {value!r}.") from None
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{variable} must be a positive number of seconds, got {value!r}.")
+    return seconds
 
 
 @contextlib.contextmanager
@@ -76,7 +93,7 @@ def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
     path = cache_dir / "locks" / f"{kind}-{key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = path.with_name(path.name + ".holder")
-    lock, timeout = new_lock(path), lock_timeout()
+    lock, timeout = new_lock(path), seconds_from_environment(LOCK_TIMEOUT_VARIABLE, DEFAULT_LOCK_TIMEOUT)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -87,9 +104,15 @@ def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
             raise TimeoutError(
                 f"Waited {timeout:.0f} s for the lock of the cache entry {kind}/{key} in {cache_dir}, held by "
                 f"{holder.read_text().strip() if holder.is_file() else 'an unknown process'}. If that process is gone "
-                f"and the lock stayed (a lock file where the disk has no flock), delete {path}; "
+                f"and the lock stayed (a lock file where the disk has no flock, held from another host: it is taken "
+                f"over once {LOCK_LEASE_VARIABLE} seconds pass without a refresh), delete {path}; "
                 f"{LOCK_TIMEOUT_VARIABLE} sets how long to wait."
             ) from None
+    if holder.is_file():  # a holder that releases the lock removes it first: this one stopped while holding it
+        logger.warning(
+            "Took over the lock of the cache entry %s/%s in %s from %s, which stopped without releasing it.",
+            kind, key, cache_dir, holder.read_text().strip(),
+        )  # fmt: skip
     try:
         since = time.strftime("%Y-%m-%d %H:%M:%S")
         holder.write_text(f"process {os.getpid()} on {socket.gethostname()} since {since}\n")
