@@ -13,6 +13,7 @@ by pip.
 import importlib.metadata
 import platform
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def declared_requirements() -> list[tuple[Requirement, str | None]]:
     return requirements
 
 
+def release_of(version: str) -> Version:
+    """The release a Python's version string belongs to: `3.14.0rc1` and `3.13.0+` (a Python built from a branch,
+    which PEP 440 cannot parse) are 3.14.0 and 3.13.0. A pre-release, local or development Python is judged by its
+    release, whatever `packaging` release reads the string (24.2's `SpecifierSet.contains` refuses a pre-release).
+    Libraries' versions are PEP 440's, and `LibraryStatus.verdict` compares their releases."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
+    if match is None:
+        raise ValueError(f"not a version: {version!r}")
+    return Version(match[1])
+
+
 @dataclass
 class LibraryStatus:
     """One library: what is installed, the tested range, and where the installed version lies in it."""
@@ -107,7 +119,8 @@ def range_tested(name: str) -> tuple[Version | None, Version | None]:
     return status.floor, status.newest_tested
 
 
-# Where a library's import name differs from its distribution name.
+# Where a library's import name differs from its distribution name. `importlib.metadata.packages_distributions()`
+# cannot tell: it maps the modules that are installed, and `extra_providing` is asked about one that is missing.
 DISTRIBUTION_OF_MODULE = {"yaml": "pyyaml"}
 
 
@@ -134,7 +147,7 @@ def python_status() -> LibraryStatus:
         if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
     ]
     (floor,) = (Version(spec.version) for spec in python_requirement() if spec.operator == ">=")
-    return LibraryStatus("python", None, Version(platform.python_version()), floor, max(tested, default=None))
+    return LibraryStatus("python", None, release_of(platform.python_version()), floor, max(tested, default=None))
 
 
 def library_statuses(newest: bool = True) -> list[LibraryStatus]:
@@ -160,13 +173,18 @@ def check_installation() -> None:
     """Refuse, in one line, a Python or a required library below what hf-vanilla needs, which pip refuses to
     install but a `--no-deps` install, a copied folder or a later downgrade can still leave. Extras' libraries are
     checked where they are imported. Nothing to check without the package's metadata (a plain checkout on the
-    path)."""
+    path). `hf-vanilla env`, the diagnostic the refusal points to, is let through: it reports the same."""
     try:
         pythons = python_requirement()
     except importlib.metadata.PackageNotFoundError:
         return
-    if not pythons.contains(platform.python_version()):
-        raise ImportError(f"hf_vanilla needs Python {pythons}; this is Python {platform.python_version()}.")
+    if running_the_env_command():
+        return
+    python = platform.python_version()
+    if not pythons.contains(release_of(python)):
+        raise ImportError(
+            f"hf_vanilla needs Python {pythons}; this is Python {python}. `hf-vanilla env` shows what is installed."
+        )
     below = [
         f"{status.name}>={status.floor} (installed: {status.installed})"
         for status in library_statuses(newest=False)[1:]
@@ -176,7 +194,24 @@ def check_installation() -> None:
         raise ImportError(
             f"hf_vanilla needs {', '.join(below)}: pip install -U "
             + " ".join(f"'{item.split(' ')[0]}'" for item in below)
+            + ". `hf-vanilla env` shows what is installed."
         )
+
+
+def running_the_env_command() -> bool:
+    """Whether this process is `hf-vanilla env` or `python -m hf_vanilla env`, read from the interpreter's own
+    command line (`sys.orig_argv`: `sys.argv[0]` is still `-m` while the package imports)."""
+    arguments = sys.orig_argv[1:]
+    if "-m" in arguments:
+        module = arguments.index("-m") + 1
+        if arguments[module : module + 1] != ["hf_vanilla"]:
+            return False
+        arguments = arguments[module + 1 :]
+    elif arguments and Path(arguments[0]).name == "hf-vanilla":  # the console script, its interpreter's first argument
+        arguments = arguments[1:]
+    else:
+        return False
+    return next((argument for argument in arguments if not argument.startswith("-")), None) == "env"
 
 
 def outside_the_tested_range() -> list[str]:

@@ -1,6 +1,8 @@
 """The tested range of each library (`hf-vanilla env`), the lock the README installs, and the floors CI tests."""
 
 import importlib.metadata
+import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -11,6 +13,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from benchmarks.readme import readme_command
+from hf_vanilla import env
 from hf_vanilla.env import (
     AXES,
     LibraryStatus,
@@ -140,3 +143,74 @@ def test_env_check_names_each_axis_outside_its_range(monkeypatch):
 def test_the_environment_under_test_passes_env_check():
     run = subprocess.run([sys.executable, "-m", "hf_vanilla", "env", "--check"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("python", "refused"),
+    [("3.14.0rc1", False), ("3.13.0+", False), ("3.11.0a7", False), ("3.12.4", False), ("3.10.14", True),
+     ("3.10.0rc1", True)],
+)  # fmt: skip
+def test_a_python_is_judged_by_its_release(monkeypatch, python, refused):
+    """A pre-release (3.14.0rc1, which packaging 24.2 refuses to compare) and a branch build (3.13.0+, no PEP 440
+    version at all) import where their release is in range; a release below the floor is refused, naming both."""
+    monkeypatch.setattr(env.platform, "python_version", lambda: python)
+    if refused:
+        with pytest.raises(ImportError, match=rf"needs Python >=3\.11; this is Python {re.escape(python)}\."):
+            env.check_installation()
+    else:
+        env.check_installation()
+        assert env.python_status().verdict in ("in the tested range", "newer than tested")
+
+
+@pytest.mark.parametrize(
+    ("installed", "verdict"),
+    [
+        ("5.23.0rc1", "in the tested range"),
+        ("5.23.0.dev0", "in the tested range"),
+        ("5.22.9.post1", "below the floor"),
+    ],
+)
+def test_a_library_is_judged_by_its_release(installed, verdict):
+    status = LibraryStatus("transformers", None, Version(installed), Version("5.23"), Version("5.24.0"))
+    assert status.verdict.startswith(verdict)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_command"),
+    [
+        (["python", "-m", "hf_vanilla", "env"], True),
+        (["python", "-X", "utf8", "-m", "hf_vanilla", "--debug", "env", "--check"], True),
+        (["/venv/bin/python", "/venv/bin/hf-vanilla", "env"], True),
+        (["/venv/bin/python", "/venv/bin/hf-vanilla", "translate", "env"], False),
+        (["python", "-m", "hf_vanilla", "train"], False),
+        (["python", "-m", "pytest", "env"], False),
+        (["python", "-c", "import hf_vanilla", "env"], False),
+    ],
+)
+def test_only_the_env_command_is_let_past_the_import_time_check(monkeypatch, argv, env_command):
+    monkeypatch.setattr(sys, "orig_argv", argv)
+    assert env.running_the_env_command() is env_command
+
+
+def test_below_a_floor_the_import_is_refused_and_hf_vanilla_env_still_reports(tmp_path):
+    """A simulated older transformers (its metadata says 5.0.0, found first on the path): importing hf_vanilla
+    stops with one line naming the floor, and `hf-vanilla env`, which that line points to, runs and names it."""
+    metadata = tmp_path / "transformers-5.0.0.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 5.0.0\n")
+    run = dict(capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    imported = subprocess.run([sys.executable, "-c", "import hf_vanilla"], **run)
+    assert imported.returncode == 1
+    assert imported.stderr.strip().splitlines()[-1] == (
+        "ImportError: hf_vanilla needs transformers>=5.23 (installed: 5.0.0): pip install -U 'transformers>=5.23'. "
+        "`hf-vanilla env` shows what is installed."
+    )
+    reported = subprocess.run([sys.executable, "-m", "hf_vanilla", "env", "--check"], **run)
+    row = next(line for line in reported.stdout.splitlines() if line.startswith("transformers "))
+    assert row.split()[:3] == ["transformers", "5.0.0", "5.23"] and "below the floor" in row
+    assert reported.returncode == 1 and "transformers 5.0.0: below the floor" in reported.stderr
+
+
+def test_packaging_is_declared_by_hf_vanilla_itself():
+    """env.py imports it; transformers happening to require it is not a promise to us."""
+    assert "packaging" in {requirement.name for requirement, extra in declared_requirements() if extra is None}
