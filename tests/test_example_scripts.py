@@ -19,8 +19,8 @@ from .conftest import EOS, MULTI30K, PAD, REMOTE_PIPELINE, padded_batch, run_wit
 
 
 RUN_TRANSLATION = Path(__file__).resolve().parents[2] / "shared" / "thirdparty" / "run_translation.py"
-# What the README tells users to write: `evaluate.load("sacrebleu")` finds `sacrebleu/sacrebleu.py` in the working
-# directory before it tries the Hub.
+# What docs/finetuning.md tells users to write: `evaluate.load("sacrebleu")` finds `sacrebleu/sacrebleu.py` in the
+# working directory before it tries the Hub.
 OFFLINE_SACREBLEU = "from hf_vanilla.training.metrics import TranslationMetric as Sacrebleu  # noqa: F401\n"
 
 
@@ -93,7 +93,7 @@ def test_run_translation_trains_evaluates_and_writes_a_folder_that_translates_wi
 
 
 def test_beam_search_fills_finished_rows_with_eos_because_our_pad_id_is_0(reversal_model):
-    """The README's quirk, pinned: transformers' beam search fills finished rows with `pad_token_id or eos`
+    """docs/finetuning.md's quirk, pinned: transformers' beam search fills finished rows with `pad_token_id or eos`
     (generation/utils.py), and a pad id of 0 is falsy, so our beam outputs continue with EOS where greedy ones continue
     with PAD. Decoded text (skip_special_tokens, as every path of ours decodes) is the same; run_translation.py's
     `gen_len` (non-pad tokens) counts the fill."""
