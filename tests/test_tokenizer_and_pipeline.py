@@ -1,7 +1,9 @@
 """Joint BPE on Multi30k, and `pipeline("translation")` in its three forms on transformers 5."""
 
 import copy
+import gc
 import json
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +105,38 @@ def test_a_full_word_cache_keeps_the_frequent_words_and_never_keeps_long_ones(sm
     assert encoder.cached_bytes <= 30_000
     assert all(word in encoder.word_ids for word in encoder.split_words(frequent)), "the frequent words stayed"
     assert not any(len(word) > 64 for word in [*encoder.word_ids, *encoder.new_words]), "long words are not kept"
+
+
+def test_the_word_caches_byte_count_bounds_the_memory_it_really_holds():
+    """The bound `max_cached_bytes` is enforced on the encoder's own count (`entry_bytes`), so that count must not be
+    below what the kernel has to keep for the cache: measured here by tracemalloc, which sees every Python object
+    the words' entries allocate (dict slots, the word strings, the id tuples, and the int objects of ids above 256,
+    which CPython does not share). Multi30k's words and a long tail of made-up compounds of two of them (about 5 ids
+    a word, most above 256: a 4000-entry BPE), none evicted; the count is also no more than twice what is held, or
+    the bound would waste memory."""
+    lines = list(stream_lines(MULTI30K / "train.en.gz"))[:4000]
+    tokenizer = train_bpe_tokenizer(lines, vocab_size=4000, show_progress=False)
+    encoder = WordCachedEncoder.for_tokenizer(tokenizer)
+    known = sorted({word.strip() for line in lines for word in line.split() if word.isalpha()})
+    compounds = [f"{first}{second.lower()}" for first, second in zip(known, known[1:] + known[:1], strict=True)]
+    texts = [" ".join(words[i : i + 20]) for words in (known, compounds) for i in range(0, len(words), 20)]
+    encoder(texts[:50])  # the characters' checks and the tokenizer's own first allocations, outside the measure
+    encoder.word_ids.clear()
+    encoder.new_words.clear()
+    encoder.cached_bytes = encoder.frequent_bytes = 0
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert encoder(texts) == tokenizer(texts)["input_ids"]
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    entries = [*encoder.word_ids.items(), *encoder.new_words.items()]
+    assert len(entries) > 5000 and sum(i > 256 for _, ids in entries for i in ids or ()) > 10_000
+    assert encoder.cached_bytes == sum(encoder.entry_bytes(word, ids) for word, ids in entries), "nothing evicted"
+    assert held <= encoder.cached_bytes <= 2 * held, (held, encoder.cached_bytes, len(entries))
 
 
 def test_the_word_cache_is_off_where_the_tokenizer_splits_words_otherwise(small_tokenizer, monkeypatch):
