@@ -68,7 +68,13 @@ class RecipeArguments:
     )
     average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
     early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
-    max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop training after this wall time (evaluations included, summed over resumes); "
+            "lr_scheduler_type warmup_stable_decay then decays the learning rate to it"
+        },
+    )
     detect_source_neglect: bool = field(
         default=True,
         metadata={"help": "measure eval_source_use at every evaluation and warn when the model ignores its source"},

@@ -1,6 +1,6 @@
-"""Trainer callbacks the recipe adds: CSV logs, a wall-clock budget, a clean stop on SIGTERM, a source-neglect
-alarm, where training is in the batches' global order (checked against the Trainer's epoch), and averaging of the
-last checkpoints."""
+"""Trainer callbacks the recipe adds: CSV logs, a progress bar to the wall-clock budget, a clean stop on SIGTERM, a
+source-neglect alarm, where training is in the batches' global order (checked against the Trainer's epoch), and
+averaging of the last checkpoints."""
 
 import csv
 import logging
@@ -107,25 +107,6 @@ class FirstUpdateCallback(TrainerCallback):
         if not self.done:
             self.clock.lap(f"first update (update {state.global_step})")
             self.done = True
-
-
-class TimeBudgetCallback(TrainerCallback):
-    """Stop training (saving a checkpoint) once `minutes` of wall time have passed."""
-
-    def __init__(self, minutes: float):
-        self.seconds = minutes * 60
-        self.start = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.monotonic() - self.start >= self.seconds:
-            logger.warning(
-                "Time budget of %.1f minutes reached at step %d: stopping.", self.seconds / 60, state.global_step
-            )
-            control.should_training_stop = True
-            control.should_save = True
 
 
 class TimeBudgetProgressCallback(ProgressCallback):

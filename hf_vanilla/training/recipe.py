@@ -36,7 +36,6 @@ from .callbacks import (
     SourceNeglectCallback,
     StartupClock,
     StopOnSigtermCallback,
-    TimeBudgetCallback,
     TimeBudgetProgressCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics, decode_padded
@@ -212,8 +211,6 @@ def recipe_callbacks(recipe: RecipeArguments, output_dir: Path, tokenizer: PreTr
     callbacks = [CsvLoggerCallback(output_dir / "log.csv"), StopOnSigtermCallback()]
     if recipe.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
-    if recipe.max_train_minutes:
-        callbacks.append(TimeBudgetCallback(recipe.max_train_minutes))
     if recipe.detect_source_neglect:
         callbacks.append(SourceNeglectCallback())
     if recipe.average_last:
@@ -249,6 +246,8 @@ def build_trainer(
         callbacks=callbacks,
         max_tokens=recipe.max_tokens,
         measure_source_use=recipe.detect_source_neglect,
+        max_train_minutes=recipe.max_train_minutes,
+        decay_saves=recipe.average_last,
     )
 
 

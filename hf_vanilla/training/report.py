@@ -30,7 +30,8 @@ def card_hyperparameters(
         "processes": args.world_size,
         "optimizer": f"Adam(beta1={args.adam_beta1}, beta2={args.adam_beta2}, eps={args.adam_epsilon})",
         "peak_learning_rate": args.learning_rate,
-        "lr_schedule": f"{args.lr_scheduler_type}, warmup {args.warmup_steps}",
+        "lr_schedule": f"{args.lr_scheduler_type}, warmup {args.warmup_steps}"
+        + (f", {args.lr_scheduler_kwargs}" if args.lr_scheduler_kwargs else ""),
         "label_smoothing": args.label_smoothing_factor,
         "dropout": model.config.dropout,
         "updates": updates,  # made, not planned: a time budget or early stopping can end training sooner

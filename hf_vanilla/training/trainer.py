@@ -24,6 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler
+from .budget import TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
@@ -50,7 +51,9 @@ BATCHING_OPTIONS = {
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`. With `measure_source_use`,
+    """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`, with a budget in wall time
+    (`max_train_minutes`) as well as in updates, and the budget's schedule (`budget.py`) for
+    `lr_scheduler_type="warmup_stable_decay"` without `num_decay_steps`. With `measure_source_use`,
     every evaluation also reports `eval_nll`, `eval_nll_shuffled_source` and `eval_source_use`
     (`metrics.source_use_metrics`), which `SourceNeglectCallback` watches.
 
@@ -59,9 +62,20 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     checkpoint as the newest one, and `resume_from_checkpoint=True` (the library's `get_last_checkpoint`) resumes
     from it."""
 
-    def __init__(self, *args, max_tokens: int, measure_source_use: bool = True, **kwargs):
+    def __init__(
+        self,
+        *args,
+        max_tokens: int,
+        measure_source_use: bool = True,
+        max_train_minutes: float | None = None,
+        decay_saves: int = 0,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves)
+        self.add_callback(self.budget)
+        self.made_budget_schedule = False
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
         self.resume_at: tuple[int, int] | None = None  # (epoch, pairs of it trained) of the checkpoint resumed
@@ -102,7 +116,11 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if checkpoint is True:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
         self.resume_at = None
+        self.budget.restart()
+        if self.made_budget_schedule:  # its warmup may count in another run's updates: made again, as the library does
+            self.lr_scheduler, self.made_budget_schedule = None, False
         if checkpoint:
+            self.budget.resume_from(Path(checkpoint))
             now = self.batching()
             saved = saved_batching(Path(checkpoint))
             if not self.args.ignore_data_skip:
@@ -110,6 +128,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.resume_at = resume_position(Path(checkpoint), saved, self.args.ignore_data_skip)
             log_resume(checkpoint, saved, now, self.max_tokens)
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None and uses_budget_schedule(self.args):
+            kwargs = {k: v for k, v in (self.args.lr_scheduler_kwargs or {}).items() if k != "decay_share"}
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.budget, warmup, **kwargs)
+            self.made_budget_schedule = True
+        return super().create_scheduler(num_training_steps, optimizer)
 
     # A private Trainer method (`library_hooks.TRAINER_METHODS`): the library counts the epoch and the batches to skip
     # from `global_step` in updates of this run's size, which a checkpoint of another process count or accumulation
@@ -206,6 +232,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             if self.epoch_position is not None:  # None: a subclass's own loader
                 batching["epoch"], batching["pairs_done"] = self.epoch_position.position()
             (staged / BATCHING_FILE).write_text(json.dumps(batching, indent=1))
+            self.budget.write_clock(staged, self.state.global_step)
         self.accelerator.wait_for_everyone()
         self._staging_checkpoint = True  # the library writes the whole checkpoint under the staging folder
         try:

@@ -1,0 +1,186 @@
+"""A training budget in wall time as well as in updates, and the warmup-stable-decay schedule that spends it.
+
+A run's progress is the larger of its elapsed training time over `--max_train_minutes` and its update over
+`max_steps`: whichever ends the run first. The learning rate warms up over `warmup_steps` updates, holds its peak, and
+decays to `min_lr_ratio` of it over the last `decay_share` of the progress (Hägele et al. 2024, "Scaling Laws and
+Compute-Optimal Training Beyond Fixed Training Durations"; Li et al. 2020, "Budgeted Training"), so a run stopped by
+its clock ends annealed on any machine. The library's `warmup_stable_decay` counts its phases in updates, which a time
+budget does not know in advance.
+
+Elapsed time counts the whole training loop (evaluations and saves included) of every session of the run: each
+checkpoint records it (`CLOCK_FILE`), and a resume, on any number of processes, starts from it. Every process reads
+the main process's clock, so all of them change the learning rate and stop at the same update.
+"""
+
+import json
+import logging
+import math
+from functools import partial
+from pathlib import Path
+from time import monotonic
+
+import torch
+import torch.distributed as dist
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import TrainerCallback
+
+
+logger = logging.getLogger(__name__)
+
+# Written into every checkpoint: the training seconds before it and its progress through the budget.
+CLOCK_FILE = "training_clock.json"
+# Processes agree on the main process's clock every this many updates: often enough that a stop comes within a
+# fraction of a second of the budget, rarely enough that a GPU's queue of work is not drained at every update.
+CLOCK_SYNC_UPDATES = 10
+DECAY_TYPES = ("linear", "cosine", "1-sqrt")
+# The decay's share of the budget where a recipe names none (Hägele et al. decay over the last 20%).
+DEFAULT_DECAY_SHARE = 0.2
+
+
+def decay_factor(remaining: float, decay_type: str) -> float:
+    """The decay's multiplier of the peak when `remaining` (1 at the decay's start, 0 at its end) of it is left."""
+    if decay_type == "linear":
+        return remaining
+    if decay_type == "cosine":
+        return 0.5 * (1 - math.cos(math.pi * remaining))
+    return 1 - math.sqrt(1 - remaining)  # "1-sqrt", the shape Hägele et al. found best
+
+
+class TrainingBudget(TrainerCallback):
+    """Tracks the run's progress through its budget (`progress`), stops it and saves a checkpoint when its time is
+    spent, and saves `decay_saves` checkpoints evenly through the decay, the last at the end, so that averaging finds
+    checkpoints of the decay however fast the machine is."""
+
+    def __init__(self, minutes: float | None = None, decay_share: float = 0.0, decay_saves: int = 0):
+        if minutes is not None and minutes <= 0:
+            raise ValueError(f"--max_train_minutes must be positive, got {minutes}.")
+        if not 0 <= decay_share <= 1:
+            raise ValueError(f"decay_share must lie in [0, 1], got {decay_share}.")
+        self.seconds = minutes * 60 if minutes else None
+        self.decay_share, self.decay_saves = decay_share, decay_saves
+        self.max_steps = 0
+        self.session_start: float | None = None
+        self.restart()
+
+    def restart(self) -> None:
+        """Set the clock to a run's start (a resume then continues a checkpoint's: `resume_from`)."""
+        self.seconds_before = 0.0  # the training seconds of earlier sessions, from the checkpoint resumed
+        self.elapsed = 0.0  # the main process's training seconds at the last synchronisation
+        self.saves_done = 0
+
+    def resume_from(self, checkpoint: Path) -> None:
+        """Continue the clock of `checkpoint` (from zero, said in one line, if it was written without one)."""
+        clock = read_clock(checkpoint)
+        if clock is None:
+            logger.warning("%s records no training time: the time budget counts from this session.", checkpoint)
+            return
+        self.seconds_before = self.elapsed = clock["train_seconds"]
+        self.saves_done = self.saves_before(clock["progress"])
+
+    def decay_start(self) -> float:
+        """The progress at which the learning rate starts to decay."""
+        return 1.0 - self.decay_share
+
+    def decay_save_points(self) -> list[float]:
+        """The progress of each checkpoint saved through the decay; the last is the end of the run."""
+        return [self.decay_start() + self.decay_share * k / self.decay_saves for k in range(1, self.decay_saves + 1)]
+
+    def saves_before(self, progress: float) -> int:
+        """How many of the decay's checkpoints lie at or before `progress`."""
+        return sum(point <= progress for point in self.decay_save_points())
+
+    def progress(self, step: int) -> float:
+        """How much of the budget update `step` has used: the larger of the time and the updates spent."""
+        by_time = self.elapsed / self.seconds if self.seconds else 0.0
+        by_steps = step / self.max_steps if self.max_steps > 0 else 0.0
+        return max(by_time, by_steps)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.session_start = monotonic()
+        self.max_steps = state.max_steps if args.max_steps > 0 else 0  # a length in epochs ends by itself
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.world_size == 1 or state.global_step % CLOCK_SYNC_UPDATES == 0:
+            self.elapsed = self.main_process_seconds(args.device)
+        progress = self.progress(state.global_step)
+        if self.seconds and self.elapsed >= self.seconds:
+            logger.warning(
+                "Time budget of %.1f minutes reached at update %d: stopping.", self.seconds / 60, state.global_step
+            )
+            control.should_training_stop = control.should_save = True
+        if self.saves_before(progress) > self.saves_done:
+            self.saves_done = self.saves_before(progress)
+            control.should_save = True
+
+    def main_process_seconds(self, device: torch.device) -> float:
+        """The training seconds of the run so far, as the main process counts them."""
+        seconds = torch.tensor([self.seconds_before + monotonic() - self.session_start], dtype=torch.float64)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            seconds = seconds.to(device)
+            dist.broadcast(seconds, src=0)
+        return seconds.item()
+
+    def write_clock(self, folder: Path, step: int) -> None:
+        """Record the clock in a checkpoint being written."""
+        clock = {"train_seconds": self.elapsed, "progress": self.progress(step), "decay_start": self.decay_start()}
+        (folder / CLOCK_FILE).write_text(json.dumps(clock, indent=1))
+
+
+def read_clock(checkpoint: str | Path) -> dict | None:
+    """A checkpoint's `CLOCK_FILE`, or None for one written without it."""
+    file = Path(checkpoint) / CLOCK_FILE
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def budget_lr_factor(
+    step: int, budget: TrainingBudget, warmup_steps: int, decay_type: str, min_lr_ratio: float
+) -> float:
+    """The learning rate of update `step` as a share of the peak: linear warmup, the peak, then the decay."""
+    warmup = min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
+    progress = budget.progress(step)
+    if budget.decay_share == 0 or progress <= budget.decay_start():
+        return warmup
+    remaining = max(0.0, (1.0 - progress) / budget.decay_share)
+    return min(warmup, min_lr_ratio + (1 - min_lr_ratio) * decay_factor(remaining, decay_type))
+
+
+def uses_budget_schedule(args) -> bool:
+    """Whether the training arguments ask for this schedule: `lr_scheduler_type: warmup_stable_decay` without the
+    library's `num_decay_steps` (its own schedule, counted in updates, which it requires)."""
+    kwargs = args.lr_scheduler_kwargs or {}
+    if args.lr_scheduler_type != "warmup_stable_decay" or "num_decay_steps" in kwargs:
+        if "decay_share" in kwargs:
+            raise ValueError(
+                "lr_scheduler_kwargs: decay_share belongs to the budget schedule (lr_scheduler_type "
+                "warmup_stable_decay without num_decay_steps); drop one of decay_share and num_decay_steps."
+            )
+        return False
+    return True
+
+
+def budget_decay_share(args) -> float:
+    """The share of the budget the budget schedule decays over (`lr_scheduler_kwargs: {decay_share: ...}`), 0 for
+    any other schedule."""
+    if not uses_budget_schedule(args):
+        return 0.0
+    return float((args.lr_scheduler_kwargs or {}).get("decay_share", DEFAULT_DECAY_SHARE))
+
+
+def budget_schedule(
+    optimizer: Optimizer,
+    budget: TrainingBudget,
+    warmup_steps: int,
+    decay_type: str = "1-sqrt",
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
+    """The warmup-stable-decay schedule on `budget`'s progress. A `partial` of a function, so that the scheduler's
+    state (which `torch.load(weights_only=True)` reads back on resume) holds no object of ours."""
+    if decay_type not in DECAY_TYPES:
+        raise ValueError(f"decay_type must be one of {', '.join(DECAY_TYPES)}, got {decay_type!r}.")
+    if not 0 <= min_lr_ratio <= 1:
+        raise ValueError(f"min_lr_ratio must lie in [0, 1], got {min_lr_ratio}.")
+    factor = partial(
+        budget_lr_factor, budget=budget, warmup_steps=warmup_steps, decay_type=decay_type, min_lr_ratio=min_lr_ratio
+    )
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,159 @@
+"""The training budget (time and updates) and its warmup-stable-decay schedule: learning rates at given times and
+updates, hand-computed; through a resume, against an uninterrupted run; and averaging that keeps to the decay."""
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import Seq2SeqTrainingArguments, TrainerCallback
+
+from hf_vanilla.training.budget import CLOCK_FILE, TrainingBudget, budget_lr_factor, uses_budget_schedule
+
+from .conftest import EOS, make_model
+
+
+def budget_at(elapsed: float, minutes: float = 10, max_steps: int = 1000, decay_share: float = 0.4):
+    budget = TrainingBudget(minutes, decay_share=decay_share)
+    budget.elapsed, budget.max_steps = elapsed, max_steps
+    return budget
+
+
+@pytest.mark.parametrize(
+    ("step", "elapsed", "decay_type", "expected"),
+    [
+        (50, 0, "linear", 0.5),  # warmup: 50 of 100 updates
+        (200, 60, "linear", 1.0),  # progress 0.2 by updates: the stable phase
+        (300, 420, "linear", 0.75),  # progress 0.7 by time: a quarter of the decay (0.6 to 1) done
+        (300, 420, "1-sqrt", 1 - math.sqrt(0.25)),
+        (300, 420, "cosine", 0.5 * (1 - math.cos(math.pi * 0.75))),
+        (900, 60, "linear", 0.25),  # progress 0.9 by updates, whatever the clock says
+        (1000, 600, "linear", 0.0),  # the end
+        (1000, 700, "linear", 0.0),  # past the end (the last update's clock can overshoot): never negative
+        (40, 540, "linear", 0.25),  # a short budget: the decay (progress 0.9) caps the warmup's 0.4
+    ],
+)
+def test_budget_schedule_at_given_times_and_updates(step, elapsed, decay_type, expected):
+    factor = budget_lr_factor(step, budget_at(elapsed), warmup_steps=100, decay_type=decay_type, min_lr_ratio=0.0)
+    assert factor == pytest.approx(expected, abs=1e-12)
+
+
+def test_budget_schedule_decays_to_its_floor():
+    budget = budget_at(600)
+    assert budget_lr_factor(1000, budget, warmup_steps=100, decay_type="linear", min_lr_ratio=0.1) == pytest.approx(
+        0.1
+    )
+    halfway = budget_at(480)  # progress 0.8: half the decay
+    assert budget_lr_factor(10, halfway, 0, "linear", min_lr_ratio=0.1) == pytest.approx(0.1 + 0.9 * 0.5)
+
+
+def test_the_budget_schedule_is_the_library_schedule_name_without_its_decay_steps(tmp_path):
+    def arguments(**kwargs):
+        return Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], **kwargs)
+
+    assert uses_budget_schedule(arguments(lr_scheduler_type="warmup_stable_decay"))
+    assert not uses_budget_schedule(
+        arguments(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": 10})
+    )
+    assert not uses_budget_schedule(arguments(lr_scheduler_type="inverse_sqrt"))
+    with pytest.raises(ValueError, match="drop one of decay_share and num_decay_steps"):
+        uses_budget_schedule(
+            arguments(
+                lr_scheduler_type="warmup_stable_decay",
+                lr_scheduler_kwargs={"num_decay_steps": 10, "decay_share": 0.2},
+            )
+        )
+
+
+class FakeClock:
+    """`time.monotonic` that advances one second at every reading: the budget reads it once per update."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+class StopAt(TrainerCallback):
+    """Stops training after `step` with a checkpoint, as a preempted job's SIGTERM does."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = control.should_save = True
+
+
+def budget_trainer(output_dir, monkeypatch, callbacks=()):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer, budget
+
+    monkeypatch.setattr(budget, "monotonic", FakeClock())
+    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(64)]
+    lengths = list(map(len, rows))
+    data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
+    torch.manual_seed(0)
+    model = make_model(dropout=0.0, vocab_size=48)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=1000,  # the 60-second budget ends the run first
+        learning_rate=1e-3,
+        lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={"decay_share": 0.5, "decay_type": "linear"},
+        warmup_steps=10,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=3,
+    )
+    return TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
+        max_tokens=64,
+        max_train_minutes=1,
+        decay_saves=4,
+        callbacks=list(callbacks),
+    )
+
+
+def learning_rates(trainer) -> dict[int, float]:
+    return {entry["step"]: entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry}
+
+
+def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeypatch):
+    whole = budget_trainer(tmp_path / "whole", monkeypatch)
+    whole.train()
+    rates = learning_rates(whole)
+    # One second an update, a 60-second budget: 60 updates. The rate logged at update k is the one it trained with,
+    # set after update k - 1 from the clock of update k - 2: warmup to update 11, the peak to 32, then the decay.
+    assert whole.state.global_step == 60 and max(rates) == 60
+    assert rates[10] == pytest.approx(0.9e-3) and rates[11] == rates[32] == pytest.approx(1e-3)
+    assert rates[33] == pytest.approx(1e-3 * 29 / 30) and rates[45] == pytest.approx(1e-3 * 17 / 30)
+    assert rates[60] == pytest.approx(1e-3 * 2 / 30)
+    # Four checkpoints through the decay (at 37.5, 45, 52.5 and 60 s), the last at the end, each with its clock.
+    saved = {
+        folder.name: json.loads((folder / CLOCK_FILE).read_text())
+        for folder in (tmp_path / "whole").glob("checkpoint-*")
+    }
+    assert sorted(saved) == ["checkpoint-38", "checkpoint-45", "checkpoint-53", "checkpoint-60"]
+    assert saved["checkpoint-60"] == {"train_seconds": 60.0, "progress": 1.0, "decay_start": 0.5}
+
+    stopped = budget_trainer(tmp_path / "part", monkeypatch, callbacks=[StopAt(25)])
+    stopped.train()
+    assert stopped.state.global_step == 25
+    resumed = budget_trainer(tmp_path / "part", monkeypatch)  # a new process: its monotonic clock starts elsewhere
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 60, "the budget ends where the uninterrupted run's did"
+    assert learning_rates(resumed) == pytest.approx(rates)  # the checkpoint's history up to 25, then this session
+    checkpoint = tmp_path / "part" / "checkpoint-60"
+    assert json.loads((checkpoint / CLOCK_FILE).read_text())["train_seconds"] == 60.0
