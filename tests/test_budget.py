@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import Seq2SeqTrainingArguments, TrainerCallback
 
+from hf_vanilla.training.averaging import average_checkpoints, last_checkpoints
 from hf_vanilla.training.budget import CLOCK_FILE, TrainingBudget, budget_lr_factor, uses_budget_schedule
 
 from .conftest import EOS, make_model
@@ -143,7 +144,7 @@ def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeyp
     # Four checkpoints through the decay (at 37.5, 45, 52.5 and 60 s), the last at the end, each with its clock.
     saved = {
         folder.name: json.loads((folder / CLOCK_FILE).read_text())
-        for folder in (tmp_path / "whole").glob("checkpoint-*")
+        for folder in last_checkpoints(whole.args.output_dir, 9)
     }
     assert sorted(saved) == ["checkpoint-38", "checkpoint-45", "checkpoint-53", "checkpoint-60"]
     assert saved["checkpoint-60"] == {"train_seconds": 60.0, "progress": 1.0, "decay_start": 0.5}
@@ -157,3 +158,26 @@ def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeyp
     assert learning_rates(resumed) == pytest.approx(rates)  # the checkpoint's history up to 25, then this session
     checkpoint = tmp_path / "part" / "checkpoint-60"
     assert json.loads((checkpoint / CLOCK_FILE).read_text())["train_seconds"] == 60.0
+
+
+def write_checkpoint(folder, model, progress: float, decay_start: float) -> None:
+    model.save_pretrained(folder)
+    clock = {"train_seconds": 100 * progress, "progress": progress, "decay_start": decay_start}
+    (folder / CLOCK_FILE).write_text(json.dumps(clock))
+
+
+def test_averaging_takes_only_checkpoints_of_the_decay_and_refuses_earlier_ones(tmp_path):
+    model = make_model()
+    for step, progress in ((10, 0.5), (20, 0.7), (30, 0.85), (40, 1.0)):
+        write_checkpoint(tmp_path / f"checkpoint-{step}", model, progress, decay_start=0.6)
+    assert [folder.name for folder in last_checkpoints(tmp_path, 5)] == [
+        "checkpoint-20",
+        "checkpoint-30",
+        "checkpoint-40",
+    ]
+    with pytest.raises(ValueError, match="checkpoint-10: saved before the learning rate's decay began"):
+        average_checkpoints([tmp_path / "checkpoint-10", tmp_path / "checkpoint-40"])
+    # Checkpoints of a schedule without a budget's decay (decay_start 1) are all averaged, as before.
+    for step in (10, 20):
+        write_checkpoint(tmp_path / "other" / f"checkpoint-{step}", model, step / 100, decay_start=1.0)
+    assert len(last_checkpoints(tmp_path / "other", 5)) == 2

@@ -74,8 +74,18 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smo
     assert any(",eval_source_use," in row for row in log)  # the neglect detector is on by default
     losses = [float(row.split(",")[3]) for row in log[1:] if row.split(",")[2] == "loss"]
     assert losses[-1] < losses[0]  # it learns
+    # The final weights are the better of the averaged and the last by validation BLEU (a tie keeps the average),
+    # both scores logged; final/ holds exactly the chosen ones.
+    validation = {name: scores[f"validation_bleu_{name}"] for name in ("averaged", "last")}
+    chosen = "averaged" if validation["averaged"] >= validation["last"] else "last"
+    assert scores["final_weights"] == chosen
+    assert any(f",final_{chosen}_bleu,{validation[chosen]}" in row for row in log)
+    final = load_file(output / "final" / "model.safetensors")
+    source = load_file(output / ("averaged" if chosen == "averaged" else "checkpoint-40") / "model.safetensors")
+    assert final.keys() == source.keys() and all(torch.equal(final[key], source[key]) for key in final)
     hyperparameters = json.loads((output / "final" / "hyperparameters.json").read_text())
-    assert hyperparameters["checkpoints_averaged"] == 2 and hyperparameters["label_smoothing"] == 0.1
+    assert hyperparameters["checkpoints_averaged"] == (2 if chosen == "averaged" else 0)
+    assert hyperparameters["label_smoothing"] == 0.1
     for folder in ("final", "averaged", "checkpoint-40"):  # our length limit, not the library's 20 leaked in
         assert json.loads((output / folder / "generation_config.json").read_text())["max_length"] == 512
 

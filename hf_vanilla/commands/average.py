@@ -11,7 +11,11 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoints", nargs="*", help="checkpoint folders to average")
-    parser.add_argument("--from", dest="run_dir", help="a training output folder: average its last checkpoints")
+    parser.add_argument(
+        "--from",
+        dest="run_dir",
+        help="a training output folder: average its last checkpoints (of the decay, on the budget schedule)",
+    )
     parser.add_argument("--last", type=int, default=5, help="with --from: how many checkpoints (paper: 5, big: 20)")
     parser.add_argument("--output", required=True, help="folder for the averaged model")
 
@@ -19,11 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    from ..training.averaging import average_checkpoints, checkpoint_folders
+    from ..training.averaging import average_checkpoints, last_checkpoints
 
     folders = list(args.checkpoints)
     if args.run_dir:
-        folders += checkpoint_folders(args.run_dir)[-args.last :]
+        folders += last_checkpoints(args.run_dir, args.last)
     if not folders:
         raise ValueError(
             "no checkpoints: name checkpoint folders, or --from a training folder that has checkpoint-N in it"

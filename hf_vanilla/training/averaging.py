@@ -8,12 +8,27 @@ from safetensors import safe_open
 from transformers import PreTrainedModel
 
 from ..loading import load_model, load_state_dict_strictly
+from .budget import CLOCK_FILE, read_clock
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:
     """Trainer checkpoints (`checkpoint-<step>`) under `output_dir`, oldest first."""
     folders = [p for p in Path(output_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
     return sorted(folders, key=lambda p: int(p.name.split("-")[1]))
+
+
+def before_decay(checkpoint: Path) -> bool:
+    """Whether `checkpoint` was saved before the learning rate's decay began, by the budget schedule's clock
+    (`budget.CLOCK_FILE`). Checkpoints of other schedules, which decay from the first update or never, are not."""
+    clock = read_clock(checkpoint)
+    return clock is not None and clock["decay_start"] < 1 and clock["progress"] < clock["decay_start"]
+
+
+def last_checkpoints(output_dir: str | Path, last_n: int) -> list[Path]:
+    """The last `last_n` checkpoints of a run that averaging takes: of a run on the budget schedule, only those of the
+    decay. Weights from before it, still at the peak learning rate, are worse than the decayed ones: averaged in,
+    they pull the mean back towards the stable phase."""
+    return [folder for folder in checkpoint_folders(output_dir) if not before_decay(folder)][-last_n:]
 
 
 def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
@@ -23,6 +38,13 @@ def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
     """
     if not paths:
         raise ValueError("Nothing to average: pass at least one checkpoint folder.")
+    early = [str(path) for path in paths if before_decay(Path(path))]
+    if early:
+        raise ValueError(
+            f"{', '.join(early)}: saved before the learning rate's decay began ({CLOCK_FILE}); averaged with "
+            "decayed weights, it makes them worse. Average checkpoints of the decay only (hf-vanilla average --from "
+            "RUN --last N picks them)."
+        )
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for path in paths:

@@ -11,7 +11,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
-from .averaging import average_checkpoints, checkpoint_folders
+from .averaging import average_checkpoints, last_checkpoints
 
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,8 @@ class SourceNeglectCallback(TrainerCallback):
 
 class CheckpointAveragingCallback(TrainerCallback):
     """At the end of training, average the last `last_n` checkpoints into `<output_dir>/averaged`, a normal
-    `save_pretrained` folder (with the tokenizer), as the paper does with its last 5 (base) or 20 (big)."""
+    `save_pretrained` folder (with the tokenizer), as the paper does with its last 5 (base) or 20 (big). On the budget
+    schedule, only checkpoints of the learning rate's decay (`averaging.last_checkpoints`)."""
 
     def __init__(self, last_n: int, tokenizer: PreTrainedTokenizerBase | None = None):
         self.last_n, self.tokenizer = last_n, tokenizer
@@ -203,7 +204,7 @@ class CheckpointAveragingCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
-        folders = checkpoint_folders(args.output_dir)[-self.last_n :]
+        folders = last_checkpoints(args.output_dir, self.last_n)
         if not folders:
             logger.warning("No checkpoints to average in %s.", args.output_dir)
             return

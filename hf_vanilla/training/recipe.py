@@ -29,6 +29,7 @@ from ..loading import load_model
 from ..modeling_vanilla import VanillaTransformerForConditionalGeneration
 from ..pipeline_vanilla import decoding_max_length
 from .arguments import RecipeArguments, bf16_hardware, resume_point, with_paper_learning_rate
+from .averaging import last_checkpoints
 from .callbacks import (
     CheckpointAveragingCallback,
     CsvLoggerCallback,
@@ -285,12 +286,31 @@ def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path)
     return trained
 
 
-def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData, output_dir):
-    """The test split translated with beam search, by the averaged weights when there are some (on every rank)."""
-    trainer.accelerator.wait_for_everyone()
-    if recipe.average_last and (output_dir / "averaged").is_dir():
-        averaged = load_model(output_dir / "averaged")
-        trainer.model.load_state_dict(averaged.state_dict())
+def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path) -> dict:
+    """Keep the better of the last weights and the averaged ones (`<output_dir>/averaged`, if averaging wrote it) by
+    validation BLEU, said in one line with both scores; returns which and the scores. Never the test split: the
+    choice is part of training."""
+    trainer.accelerator.wait_for_everyone()  # the main process has written the average
+    if not (output_dir / "averaged").is_dir():
+        return {"final_weights": "last"}
+    last = {name: weight.detach().clone() for name, weight in trainer.model.state_dict().items()}
+    scores = {"last": trainer.evaluate(metric_key_prefix="final_last")["final_last_bleu"]}
+    trainer.model.load_state_dict(load_model(output_dir / "averaged").state_dict())
+    scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")["final_averaged_bleu"]
+    chosen = "averaged" if scores["averaged"] >= scores["last"] else "last"
+    if chosen == "last":
+        trainer.model.load_state_dict(last)
+    logger.warning(
+        "Final weights: the %s ones (validation BLEU: averaged %.2f, last %.2f).",
+        chosen,
+        scores["averaged"],
+        scores["last"],
+    )
+    return {"final_weights": chosen, **{f"validation_bleu_{name}": score for name, score in scores.items()}}
+
+
+def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData):
+    """The test split translated with beam search by the final weights (on every rank)."""
     return trainer.predict(
         data.tokenized.splits["test"], num_beams=recipe.test_num_beams, max_length=trainer.args.generation_max_length
     )
@@ -309,7 +329,9 @@ def report(trainer, recipe: RecipeArguments, data: PreparedData, test, scores: d
         trainer.model,
         updates=trainer.state.global_step,
         max_tokens=recipe.max_tokens,
-        checkpoints_averaged=recipe.average_last,
+        checkpoints_averaged=len(last_checkpoints(output_dir, recipe.average_last))
+        if scores["final_weights"] == "averaged"
+        else 0,
         data=recipe.data,
         source_language=recipe.source_language,
         target_language=recipe.target_language,
@@ -341,9 +363,11 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(TimeBudgetProgressCallback(recipe.max_train_minutes))
     trained = train(trainer, callbacks, output_dir)
-    test = translate_test_split(trainer, recipe, data, output_dir)
+    final = choose_final_weights(trainer, output_dir)
+    test = translate_test_split(trainer, recipe, data)
     scores = {
         **test.metrics,
+        **final,
         "dropped_training_pairs": data.tokenized.dropped,
         "global_step": trainer.state.global_step,
         "seed": training_args.seed,
