@@ -21,6 +21,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler
+from hf_vanilla.training.budget import read_clock
 
 from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla, torchrun
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
@@ -430,10 +431,12 @@ def logged_loss_steps(log: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path):
+@pytest.mark.parametrize("cpu_processes", [1, 2])  # 2: the command starts itself twice, and forwards the signal
+def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path, cpu_processes):
     output = tmp_path / "run"
     command = [*SMOKE_COMMAND, "--output_dir", str(output), "--data_cache_dir", str(tmp_path / "data_cache")]
     command += ["--logging_steps", "1", "--eval_strategy", "no", "--average_last", "0", "--max_steps", "30"]
+    command += ["--cpu_processes", str(cpu_processes), "--max_train_minutes", "60"]
     job = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = output / "log.csv"
     deadline = time.monotonic() + 300
@@ -447,10 +450,15 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
     stopped_at = logged_loss_steps(log)[-1]
     assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
     assert not (output / "final").exists()  # it stopped; no test evaluation of a half-trained model
+    batching = json.loads((output / f"checkpoint-{stopped_at}" / "token_budget_batching.json").read_text())
+    assert (batching["processes"], batching["max_tokens"]) == (cpu_processes, 1024 // cpu_processes)
+    seconds_at_stop = read_clock(output / f"checkpoint-{stopped_at}")["train_seconds"]
 
     run([*command, "--resume_from_checkpoint", "last"])
     assert logged_loss_steps(log) == list(range(1, 31)), "every update is logged exactly once across the two runs"
-    assert json.loads((output / "test_scores.json").read_text())["global_step"] == 30
+    scores = json.loads((output / "test_scores.json").read_text())
+    assert scores["global_step"] == 30 and f"; {cpu_processes} process(es);" in scores["hardware"]
+    assert read_clock(output / "checkpoint-30")["train_seconds"] > seconds_at_stop, "the clock went on from the stop"
 
 
 @pytest.mark.slow

@@ -448,3 +448,20 @@ def test_base_size_models_trained_in_float32_on_bf16_hardware_get_one_line(tmp_p
             args, VanillaTransformerConfig(d_model=128, encoder_attention_heads=4, decoder_attention_heads=4)
         )
     assert caplog.text.count("--bf16 true") == 1 and "512 wide" in caplog.text
+
+
+def test_the_train_command_starts_itself_only_without_a_launcher_and_never_past_the_cores(monkeypatch):
+    from hf_vanilla.training import launcher
+
+    for variable in ("WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(launcher, "usable_cores", lambda: 3)
+    monkeypatch.setattr(launcher.torch.accelerator, "is_available", lambda: False)
+    assert [launcher.processes_to_launch(n) for n in (1, 2, 8)] == [1, 2, 3]
+    monkeypatch.setenv("LOCAL_RANK", "0")  # a launcher started this process: it decided how many
+    assert launcher.processes_to_launch(2) == 1
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setattr(launcher.torch.accelerator, "is_available", lambda: True)
+    assert launcher.processes_to_launch(2) == 1
+    with pytest.raises(ValueError, match="--cpu_processes must be at least 1"):
+        launcher.processes_to_launch(0)

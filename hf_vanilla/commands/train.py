@@ -4,6 +4,7 @@
 
 Every field of the recipe and of transformers' Seq2SeqTrainingArguments is an option (`hf-vanilla train --help`
 lists them); a YAML file gives the defaults. Under Accelerate: accelerate launch -m hf_vanilla train --config ...
+Without a launcher or an accelerator, `cpu_processes: N` makes it start itself as N processes (training/launcher.py).
 """
 
 import argparse
@@ -22,9 +23,14 @@ def run(args: argparse.Namespace) -> None:
     from accelerate import PartialState
 
     from ..training import TrainingInterrupted, parse_arguments, run_training
+    from ..training.launcher import launch, processes_to_launch
 
+    recipe, training_args = parse_arguments(args.options)  # every option checked before any process starts
+    processes = processes_to_launch(recipe.cpu_processes)
+    if processes > 1:
+        sys.exit(launch(processes, args.options, recipe.max_tokens))
     try:
-        run_training(*parse_arguments(args.options))
+        run_training(recipe, training_args)
     except TrainingInterrupted as stop:
         print(stop, file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)  # the shell's convention for "terminated by SIGTERM"

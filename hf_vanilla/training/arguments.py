@@ -62,6 +62,14 @@ class RecipeArguments:
     )
     max_length: int = field(default=256, metadata={"help": "training pairs longer (in tokens) are dropped, counted"})
     max_tokens: int = field(default=4096, metadata={"help": "tokens per batch including padding (per process)"})
+    cpu_processes: int = field(
+        default=1,
+        metadata={
+            "help": "without a launcher or an accelerator, train as this many data-parallel processes on this host "
+            "(at most one per core), each with max_tokens / N tokens a batch: the same updates, more of them a "
+            "minute where one process leaves cores idle"
+        },
+    )
     lr_scale: float | None = field(
         default=None,
         metadata={"help": "set the peak learning rate by the paper's formula: scale * d_model^-0.5 * warmup^-0.5"},
