@@ -13,6 +13,7 @@ from transformers import EvalPrediction, Seq2SeqTrainingArguments
 
 from hf_vanilla.training import TokenBudgetBatchSampler, TranslationMetric, build_compute_metrics, parse_arguments
 from hf_vanilla.training.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
+from hf_vanilla.training.budget import budget_decay_share
 
 from .conftest import make_model
 
@@ -388,6 +389,7 @@ def test_the_readme_line_parses_with_nothing_after_the_recipe(monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[1])
     recipe, args = parse_arguments(["--config", "configs/quickstart.yaml"])
     assert recipe.max_train_minutes == 10 and args.output_dir == "runs/quickstart" and args.bf16 is False
+    assert budget_decay_share(args) > 0, "the YAML's lr_scheduler_kwargs reach the budget schedule"
 
 
 @pytest.mark.parametrize(
