@@ -259,6 +259,38 @@ def render_marian(name: str = "marian-small-cpu.json") -> str:
     return markdown_table(report) + "\n\n" + setting + " " + provenance(document, name) + "\n"
 
 
+def render_quickstart_budgets(names: tuple[str, ...] = ("quickstart-d6f7dae-cpu.json", "quickstart-budget-cpu.json")):
+    """The main job's recipes side by side (one results file each, older first): per budget and seed, the updates
+    made, the test scores and the weights kept; then each recipe's mean per budget."""
+    rows, means, sources = [], [], []
+    for name in names:
+        document = load(name)
+        runs = [run for run in document["results"] if not run["bf16"]]
+        for run in sorted(runs, key=lambda run: (run["minutes"], run["seed"])):
+            rows.append(
+                [run["commit"][:7], f"{run['minutes']:g} min", str(run["seed"]), str(run["updates"]),
+                 *_test_scores(run), run["final_weights"], _minutes(run["whole_job_wall_s"])]
+            )  # fmt: skip
+        for minutes in sorted({run["minutes"] for run in runs}):
+            bleu = [run["test"]["test_bleu"] for run in runs if run["minutes"] == minutes]
+            means.append(
+                f"{runs[0]['commit'][:7]}, {minutes:g} min: mean {sum(bleu) / len(bleu):.2f} BLEU over "
+                f"{len(bleu)} seed(s) ({min(bleu):.2f}–{max(bleu):.2f})"
+            )
+        sources.append(provenance(document, name))
+    header = ["recipe (commit)", "budget", "seed", "updates", "test2016 BLEU", "chrF", "weights kept", "whole job"]
+    signature = f"sacreBLEU `{load(names[-1])['results'][0]['bleu_signature']}`."
+    return "\n\n".join([markdown(header, rows), "; ".join(means) + ". " + signature, *sources]) + "\n"
+
+
+def render_cpu_processes(name: str = "cpu-processes-cpu.json") -> str:
+    """Updates a second of the quickstart recipe as one process of all threads and as one 1-thread process a core."""
+    from benchmarks.cpu_processes import rate_table
+
+    document = load(name)
+    return rate_table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_test_command(name: str = "test-command-cpu.json") -> str:
     """One line: how long the README's test command took on a fresh clone, installs and tests apart."""
     document = load(name)
@@ -324,6 +356,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "marian-base-cuda": functools.partial(render_marian, "marian-base-cuda.json"),
     "quickstart": render_quickstart,
     "quickstart-bf16": render_quickstart_bf16,
+    "quickstart-budgets": render_quickstart_budgets,
+    "cpu-processes": render_cpu_processes,
     "test-command": render_test_command,
     "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,
