@@ -1,0 +1,104 @@
+"""The quickstart recipe searched for a time budget, on the validation split only.
+
+    python -m benchmarks.budget_search --minutes 5 --arms today wsd --json docs/results/budget-search-cpu.json
+
+Each arm is the README's main job (`configs/quickstart.yaml`) with some options changed, trained for `--minutes` of
+wall time. Evaluation during training is off, so that every arm
+spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on the whole
+validation split (1014 sentences, greedy) and keeps the better: that score is the arm's. The test split is cut to 8
+sentences: nothing here looks at it. Arms run one after another, sharing the data cache; nothing else should share
+the machine. `--json` is rewritten after every run, adding to what it already holds.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import ROOT, markdown, record
+
+
+# Options over configs/quickstart.yaml. "today" is the recipe of d6f7dae: inverse square root with 400 updates of
+# warmup, the last 3 checkpoints averaged (the final choice between the average and the last weights is this code's).
+TODAY = ["--lr_scheduler_type", "inverse_sqrt", "--warmup_steps", "400", "--lr_scheduler_kwargs", "{}"]
+WSD = ["--lr_scheduler_type", "warmup_stable_decay", "--warmup_steps", "200"]
+WSD += ["--lr_scheduler_kwargs", '{"decay_share": 0.4}']
+ARMS = {
+    "today": TODAY,
+    "wsd": WSD,
+    "wsd-lr3e-3": [*WSD, "--learning_rate", "0.003"],
+    "wsd-lr1e-3": [*WSD, "--learning_rate", "0.001"],
+    "wsd-warmup100": [*WSD, "--warmup_steps", "100"],
+    "wsd-decay0.6": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 0.6}'],
+    "wsd-decay0.2": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 0.2}'],
+    "wsd-linear": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 0.4, "decay_type": "linear"}'],
+    "wsd-tokens4096": [*WSD, "--max_tokens", "4096"],
+    "wsd-vocab6000": [*WSD, "--vocab_size", "6000"],
+    "wsd-ls0": [*WSD, "--label_smoothing_factor", "0"],
+}
+SEARCH = ["--eval_strategy", "no", "--max_eval_examples", "1014", "--max_test_examples", "8", "--test_num_beams", "1"]
+SEARCH += ["--translate_examples", "0", "--report_to", "none", "--disable_tqdm", "true"]
+
+
+def run_arm(arm: str, seed: int, minutes: float, output: Path) -> dict:
+    """Train one arm for `minutes`; what its validation split says of the kept weights."""
+    options = ["--max_train_minutes", str(minutes), "--seed", str(seed), *SEARCH, *ARMS[arm]]
+    command = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/quickstart.yaml", *options]
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    with (output.parent / f"{output.name}.log").open("w") as log:
+        subprocess.run([*command, "--output_dir", str(output)], cwd=ROOT, env=env, stdout=log,
+                       stderr=subprocess.STDOUT, check=True)  # fmt: skip
+    scores = json.loads((output / "test_scores.json").read_text())
+    validation = {name: scores.get(f"validation_bleu_{name}") for name in ("last", "averaged")}
+    return {
+        "arm": arm,
+        "options": " ".join(ARMS[arm]),
+        "seed": seed,
+        "minutes": minutes,
+        "updates": scores["global_step"],
+        "validation_bleu": max(value for value in validation.values() if value is not None),
+        "validation_bleu_last": validation["last"],
+        "validation_bleu_averaged": validation["averaged"],
+        "final_weights": scores["final_weights"],
+        "hardware": scores["hardware"],
+    }
+
+
+def search_table(results: list[dict]) -> str:
+    """One row per run, best validation BLEU first within each budget."""
+    ordered = sorted(results, key=lambda run: (run["minutes"], -run["validation_bleu"]))
+    rows = [
+        [f"{run['minutes']:g}", run["arm"], str(run["seed"]), str(run["updates"]), f"{run['validation_bleu']:.2f}",
+         f"{run['validation_bleu_last']:.2f}", f"{run['validation_bleu_averaged'] or 0:.2f}", run["final_weights"],
+         f"`{run['options']}`"]
+        for run in ordered
+    ]  # fmt: skip
+    header = ["minutes", "arm", "seed", "updates", "validation BLEU", "last", "averaged", "kept", "options"]
+    return markdown(header, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), required=True)
+    parser.add_argument("--minutes", type=float, nargs="+", default=[5.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = json.loads(args.json.read_text())["results"] if args.json and args.json.exists() else []
+    with tempfile.TemporaryDirectory() as scratch:
+        for minutes in args.minutes:
+            for seed in args.seeds:
+                for arm in args.arms:
+                    output = Path(scratch) / f"{arm}-{minutes:g}min-seed{seed}"
+                    results.append(run_arm(arm, seed, minutes, output))
+                    print(json.dumps(results[-1]), flush=True)
+                    if args.json:
+                        args.json.write_text(json.dumps(record("benchmarks.budget_search", results), indent=1) + "\n")
+    print(search_table(results))
+
+
+if __name__ == "__main__":
+    main()
