@@ -39,6 +39,11 @@ CASES = {
         "train",
         "not a folder",
     ),
+    "train, split_batches with token budgets": (
+        ["train", "--accelerator_config", '{{"split_batches": true}}', "--output_dir", "{p}/run"],
+        "train",
+        "split_batches=True cannot split token-budget batches",
+    ),
     "translate, missing model folder": (["translate", "{p}/no_model"], "translate", "no such folder; give the folder"),
     "translate, missing input file": (
         ["translate", "{p}/model", "--input", "{p}/missing.txt"],

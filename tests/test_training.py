@@ -413,3 +413,15 @@ def test_progress_bar_counts_to_the_update_where_the_time_budget_ends(monkeypatc
     progress.on_step_end(args, state, control)
     assert progress.training_bar.total == 1000 and progress.training_bar.n == 999
     progress.training_bar.close()
+
+
+def test_the_trainer_refuses_split_batches_which_would_cut_token_budget_batches(tmp_path):
+    from transformers import Seq2SeqTrainingArguments
+
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], accelerator_config={"split_batches": True}
+    )
+    with pytest.raises(ValueError, match="split_batches=True cannot split token-budget batches"):
+        TokenBudgetSeq2SeqTrainer(model=make_model(), args=args, max_tokens=64)

@@ -12,6 +12,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 from transformers.hf_argparser import string_to_bool
 
 from ..data import BUNDLED_CORPORA
+from .batching import refuse_split_batches
 
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         # AVX512-BF16 or AMX ("Your setup doesn't support bf16/gpu. You need to assign use_cpu").
         parser.set_defaults(use_cpu=True)
     recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    refuse_split_batches(training_args.accelerator_config.split_batches)  # before the corpus is read
     if cpu_only and processes > 1 and not training_args.use_cpu:
         raise ValueError(
             f"Launched as {processes} processes on hosts without a GPU, but --use_cpu false: each would train alone. "

@@ -44,6 +44,17 @@ def halve_largest(pieces: list[list[int]], count: int) -> list[list[int]]:
     return pieces
 
 
+def refuse_split_batches(split_batches: bool) -> None:
+    """Token-budget batches are dealt whole, one to a process in turn: Accelerate's `split_batches`, which would cut
+    each batch into one slice per process, is refused in one line naming the fix."""
+    if split_batches:
+        raise ValueError(
+            "accelerator_config split_batches=True cannot split token-budget batches: each process takes whole "
+            "batches of up to --max_tokens tokens in turn (an update holds max_tokens x processes x "
+            "gradient_accumulation_steps). Drop split_batches, and set --max_tokens per process."
+        )
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of similar-length pairs holding at most `max_tokens` tokens each, padding included (fairseq's
     `--max-tokens`): `lengths` holds each pair's longer side, and a batch of n pairs costs n * its longest. Batches

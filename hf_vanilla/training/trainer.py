@@ -23,7 +23,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
-from .batching import EpochSettingRows, TokenBudgetBatchSampler
+from .batching import EpochSettingRows, TokenBudgetBatchSampler, refuse_split_batches
 from .budget import TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
 from .metrics import source_use_metrics, source_use_totals
@@ -72,6 +72,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        refuse_split_batches(self.accelerator.split_batches)
         self.max_tokens = max_tokens
         self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves)
         self.add_callback(self.budget)
