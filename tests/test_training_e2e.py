@@ -4,7 +4,6 @@ import csv
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler
 from hf_vanilla.training.budget import read_clock
 
-from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla, torchrun
+from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
 
 
@@ -297,58 +296,6 @@ def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(t
     for rank, whole in enumerate((first, second)):
         assert resumed[rank]["batches"] == whole["batches"][trained:], f"rank {rank} after the resume"
     assert resumed[0]["weights"] == resumed[1]["weights"] == first["weights"], "the resume ends where the run did"
-
-
-def torchrun_worker(output: Path, processes: int, accumulation: int, *worker_args: str) -> list[dict]:
-    """The worker under torchrun on the CPU (gloo); each rank's record, the batches it trained in order."""
-    command = [*torchrun(processes), str(WORKER), str(output), "--epochs", "3", "--save-steps", "1000"]
-    run([*command, "--gradient-accumulation", str(accumulation), *worker_args])
-    return [json.loads((output / f"rank{rank}.json").read_text()) for rank in range(processes)]
-
-
-def global_stream(ranks: list[dict]) -> list[list[tuple]]:
-    """The batches the ranks trained in the global order: Accelerate deals it in turn, so rank i's k-th batch is the
-    order's batch k x processes + i."""
-    dealt = zip(*(rank["batches"] for rank in ranks), strict=True)  # every rank trains as many batches
-    return [[tuple(ids) for ids in batch] for turn in dealt for batch in turn]
-
-
-def pairs_of(batches: list[list[tuple]]) -> list[tuple]:
-    return [pair for batch in batches for pair in batch]
-
-
-@pytest.mark.slow
-def test_a_run_resumes_on_another_number_of_processes_exactly_where_it_stopped(tmp_path):
-    """Elastic resume under torchrun: 2 processes stopped in the middle of epoch 2 and resumed on 1 and on 3, and 1
-    stopped there and resumed on 2, with other gradient accumulation. Every update after the resume trains the next
-    pairs of the uninterrupted run's global order: nothing trained twice, nothing skipped, all 3 epochs to the end."""
-    whole = torchrun_worker(tmp_path / "whole", 2, 2)
-    order = pairs_of(global_stream(whole))
-    dataset = [tuple(ids) for ids in whole[0]["dataset"]]
-    lengths = np.asarray([len(ids) for ids in dataset])  # the synthetic pairs' sides are equally long
-    alone = TokenBudgetBatchSampler(lengths, max_tokens=48, seed=5)  # the worker's settings, one batch an update
-    expected = []
-    for epoch in range(3):
-        alone.set_epoch(epoch)
-        expected += [dataset[row] for batch in alone for row in batch]
-    assert order == expected, "the uninterrupted run trains the global order"
-
-    batches_per_epoch = len(alone)
-    for before, after in (((2, 2), [(1, 2), (3, 1)]), ((1, 2), [(2, 1)])):
-        per_update = before[0] * before[1]
-        stop = (batches_per_epoch + batches_per_epoch // 2) // per_update  # an update in the middle of epoch 2
-        stopped = tmp_path / f"stopped-{before[0]}"
-        recorded = global_stream(torchrun_worker(stopped, *before, "--terminate-at", str(stop)))
-        trained = pairs_of(recorded[: stop * per_update])  # the loader had fetched one batch more on every rank
-        assert trained == order[: len(trained)] and len(dataset) < len(trained) < 2 * len(dataset)
-        for processes, accumulation in after:
-            resumed_dir = tmp_path / f"{before[0]}-to-{processes}"
-            shutil.copytree(stopped, resumed_dir)
-            resumed = torchrun_worker(resumed_dir, processes, accumulation, "--resume")
-            stream = global_stream(resumed)
-            updates = resumed[0]["step"] - stop
-            assert len(stream) == updates * processes * accumulation, "every update takes its full share"
-            assert trained + pairs_of(stream) == order, f"{before} resumed as {processes} x {accumulation}"
 
 
 @pytest.mark.slow

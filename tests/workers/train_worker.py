@@ -180,6 +180,7 @@ def main() -> None:
                 "dataset": list(dataset["input_ids"]),
                 "weights": digest.hexdigest(),
                 "step": trainer.state.global_step,
+                "epoch": trainer.state.epoch,
                 "stopped_by_sigterm_at": stop_on_sigterm.stopped_at,
             }
         )
