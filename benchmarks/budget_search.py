@@ -1,10 +1,12 @@
 """The quickstart recipe searched for a time budget, on the validation split only.
 
-    python -m benchmarks.budget_search --minutes 5 --arms today wsd --json docs/results/budget-search-cpu.json
+    python -m benchmarks.budget_search --updates 800 --arms wsd wsd-decay0.6 --json docs/results/budget-search-cpu.json
 
 Each arm is the README's main job (`configs/quickstart.yaml`) with some options changed, trained for `--minutes` of
-wall time. Evaluation during training is off, so that every arm
-spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on the whole
+wall time or for `--updates` updates. A machine's speed drifts from one run to the next (the first arms here made 700
+to 854 updates in the same 5 minutes), so arms that cost the same per update compare best at equal updates: the
+count a budget buys on this machine (800 updates: about 5 minutes). Evaluation during training is off, so that every
+arm spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on the whole
 validation split (1014 sentences, greedy) and keeps the better: that score is the arm's. The test split is cut to 8
 sentences: nothing here looks at it. Arms run one after another, sharing the data cache; nothing else should share
 the machine. `--json` is rewritten after every run, adding to what it already holds.
@@ -38,14 +40,39 @@ ARMS = {
     "wsd-tokens4096": [*WSD, "--max_tokens", "4096"],
     "wsd-vocab6000": [*WSD, "--vocab_size", "6000"],
     "wsd-ls0": [*WSD, "--label_smoothing_factor", "0"],
+    "wsd-dropout0": WSD,
+    "wsd-decay1.0": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 1.0}'],
 }
+# Arms that change the model preset (configs/quickstart_model.json): the fields they set.
+MODEL_CHANGES = {"wsd-dropout0": {"dropout": 0.0}}
 SEARCH = ["--eval_strategy", "no", "--max_eval_examples", "1014", "--max_test_examples", "8", "--test_num_beams", "1"]
 SEARCH += ["--translate_examples", "0", "--report_to", "none", "--disable_tqdm", "true"]
 
 
-def run_arm(arm: str, seed: int, minutes: float, output: Path) -> dict:
-    """Train one arm for `minutes`; what its validation split says of the kept weights."""
-    options = ["--max_train_minutes", str(minutes), "--seed", str(seed), *SEARCH, *ARMS[arm]]
+def arm_options(arm: str, scratch: Path) -> list[str]:
+    """The arm's options; for an arm that changes the model preset, the changed preset is written into `scratch`."""
+    if arm not in MODEL_CHANGES:
+        return ARMS[arm]
+    preset = json.loads((ROOT / "configs" / "quickstart_model.json").read_text()) | MODEL_CHANGES[arm]
+    path = scratch / f"{arm}-model.json"
+    path.write_text(json.dumps(preset))
+    return [*ARMS[arm], "--model_config", str(path)]
+
+
+def describe(arm: str) -> str:
+    changes = " ".join(f"{key}={value}" for key, value in MODEL_CHANGES.get(arm, {}).items())
+    return " ".join(ARMS[arm]) + (f" (model preset: {changes})" if changes else "")
+
+
+def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output: Path) -> dict:
+    """Train one arm for `budget` (minutes, or else updates); what its validation split says of the kept weights."""
+    minutes, updates = budget
+    limit = (
+        ["--max_train_minutes", str(minutes)]
+        if minutes
+        else ["--max_steps", str(updates), "--max_train_minutes", "600"]
+    )
+    options = [*limit, "--seed", str(seed), *SEARCH, *arm_options(arm, output.parent)]
     command = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/quickstart.yaml", *options]
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     with (output.parent / f"{output.name}.log").open("w") as log:
@@ -55,9 +82,10 @@ def run_arm(arm: str, seed: int, minutes: float, output: Path) -> dict:
     validation = {name: scores.get(f"validation_bleu_{name}") for name in ("last", "averaged")}
     return {
         "arm": arm,
-        "options": " ".join(ARMS[arm]),
+        "options": describe(arm),
         "seed": seed,
         "minutes": minutes,
+        "max_steps": None if minutes else updates,
         "updates": scores["global_step"],
         "validation_bleu": max(value for value in validation.values() if value is not None),
         "validation_bleu_last": validation["last"],
@@ -69,31 +97,37 @@ def run_arm(arm: str, seed: int, minutes: float, output: Path) -> dict:
 
 def search_table(results: list[dict]) -> str:
     """One row per run, best validation BLEU first within each budget."""
-    ordered = sorted(results, key=lambda run: (run["minutes"], -run["validation_bleu"]))
+
+    def budget(run: dict) -> str:
+        return f"{run['minutes']:g} min" if run["minutes"] else f"{run['max_steps']} updates"
+
+    ordered = sorted(results, key=lambda run: (budget(run), -run["validation_bleu"]))
     rows = [
-        [f"{run['minutes']:g}", run["arm"], str(run["seed"]), str(run["updates"]), f"{run['validation_bleu']:.2f}",
+        [budget(run), run["arm"], str(run["seed"]), str(run["updates"]), f"{run['validation_bleu']:.2f}",
          f"{run['validation_bleu_last']:.2f}", f"{run['validation_bleu_averaged'] or 0:.2f}", run["final_weights"],
          f"`{run['options']}`"]
         for run in ordered
     ]  # fmt: skip
-    header = ["minutes", "arm", "seed", "updates", "validation BLEU", "last", "averaged", "kept", "options"]
+    header = ["budget", "arm", "seed", "updates", "validation BLEU", "last", "averaged", "kept", "options"]
     return markdown(header, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), required=True)
-    parser.add_argument("--minutes", type=float, nargs="+", default=[5.0])
+    parser.add_argument("--minutes", type=float, nargs="+", default=[])
+    parser.add_argument("--updates", type=int, nargs="+", default=[])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = json.loads(args.json.read_text())["results"] if args.json and args.json.exists() else []
     with tempfile.TemporaryDirectory() as scratch:
-        for minutes in args.minutes:
+        budgets = [(minutes, None) for minutes in args.minutes] + [(None, updates) for updates in args.updates]
+        for budget in budgets:
             for seed in args.seeds:
                 for arm in args.arms:
-                    output = Path(scratch) / f"{arm}-{minutes:g}min-seed{seed}"
-                    results.append(run_arm(arm, seed, minutes, output))
+                    output = Path(scratch) / f"{arm}-{budget[0] or budget[1]}-seed{seed}"
+                    results.append(run_arm(arm, seed, budget, output))
                     print(json.dumps(results[-1]), flush=True)
                     if args.json:
                         args.json.write_text(json.dumps(record("benchmarks.budget_search", results), indent=1) + "\n")
