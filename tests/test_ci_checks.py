@@ -1,0 +1,48 @@
+"""CI's check of the README's main job: a floor that follows the updates the job made, from the recorded runs."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+CHECK = Path(__file__).resolve().parents[1] / ".ci" / "check_main_job.py"
+spec = importlib.util.spec_from_file_location("check_main_job", CHECK)
+check_main_job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check_main_job)
+
+
+def recorded_runs(path: Path) -> Path:
+    """Two budgets of three seeds each (means: 850 updates at 28 BLEU, 1750 at 34), an older commit, a bf16 run."""
+
+    def run(commit, minutes, updates, bleu, bf16=False):
+        return {"commit": commit, "minutes": minutes, "updates": updates, "bf16": bf16, "test": {"test_bleu": bleu}}
+
+    results = [run("old", 10, 1000, 10.0), run("new", 10, 1750, 99.0, bf16=True)]
+    results += [run("new", 5, updates, bleu) for updates, bleu in ((840, 27.0), (850, 28.0), (860, 29.0))]
+    results += [run("new", 10, updates, bleu) for updates, bleu in ((1700, 33.5), (1750, 34.0), (1800, 34.5))]
+    path.write_text(json.dumps({"results": results}))
+    return path
+
+
+def test_the_curve_is_the_newest_recipes_mean_per_budget_joined_by_lines(tmp_path):
+    curve = check_main_job.recorded_curve(recorded_runs(tmp_path / "runs.json"))
+    assert curve == [(850, 28.0), (1750, 34.0)]
+    expected = [check_main_job.expected_bleu(curve, updates) for updates in (425, 850, 1300, 1750, 4000)]
+    assert expected == pytest.approx([14.0, 28.0, 31.0, 34.0, 34.0])
+
+
+@pytest.mark.parametrize(("updates", "bleu", "passes"), [(1300, 28.1, True), (1300, 27.9, False), (600, 17.0, True)])
+def test_the_check_fails_below_the_curve_minus_the_margin_at_the_updates_made(tmp_path, updates, bleu, passes):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "test_scores.json").write_text(json.dumps({"global_step": updates, "test_bleu": bleu}))
+    (tmp_path / "out.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n")
+    command = [sys.executable, str(CHECK), str(run_dir), str(tmp_path / "out.de"), "--inputs", "2"]
+    command += ["--curve", str(recorded_runs(tmp_path / "runs.json")), "--margin", "3"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
+    assert f"{updates} updates" in result.stdout and "floor" in result.stdout
