@@ -182,22 +182,6 @@ def _test_scores(run: dict) -> list[str]:
     return [f"{run['test']['test_bleu']:.2f}", f"{run['test']['test_chrf']:.2f}"]
 
 
-def render_quickstart(name: str = "quickstart-cpu.json") -> str:
-    """The README's main job per seed in float32: updates the 10-minute budget allowed, test scores, wall time."""
-    document = load(name)
-    runs = sorted((run for run in document["results"] if not run["bf16"]), key=lambda run: run["seed"])
-    rows = [
-        [str(run["seed"]), str(run["updates"]), *_test_scores(run), _minutes(run["whole_job_wall_s"])] for run in runs
-    ]
-    table = markdown(["seed", "updates in 10 min", "test2016 BLEU", "chrF", "whole job, wall time"], rows)
-    bleu = [run["test"]["test_bleu"] for run in runs]
-    summary = (
-        f"Mean of the {len(runs)} seeds {sum(bleu) / len(bleu):.2f} BLEU ({min(bleu):.2f}–{max(bleu):.2f}); "
-        f"sacreBLEU `{runs[0]['bleu_signature']}`."
-    )
-    return table + "\n\n" + summary + "\n\n" + provenance(document, name) + "\n"
-
-
 def render_quickstart_bf16(name: str = "quickstart-cpu.json") -> str:
     """One seed of the main job in float32 and in bf16: updates, validation at the last step both reached, test."""
     document = load(name)
@@ -283,6 +267,14 @@ def render_quickstart_budgets(names: tuple[str, ...] = ("quickstart-d6f7dae-cpu.
     return "\n\n".join([markdown(header, rows), "; ".join(means) + ". " + signature, *sources]) + "\n"
 
 
+def render_budget_search(name: str = "budget-search-cpu.json") -> str:
+    """The recipe search: every arm's validation BLEU per budget, best first."""
+    from benchmarks.budget_search import search_table
+
+    document = load(name)
+    return search_table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_cpu_processes(name: str = "cpu-processes-cpu.json") -> str:
     """Updates a second of the quickstart recipe as one process of all threads and as one 1-thread process a core."""
     from benchmarks.cpu_processes import rate_table
@@ -354,10 +346,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "engines": render_engines,
     "marian": render_marian,
     "marian-base-cuda": functools.partial(render_marian, "marian-base-cuda.json"),
-    "quickstart": render_quickstart,
     "quickstart-bf16": render_quickstart_bf16,
     "quickstart-budgets": render_quickstart_budgets,
     "cpu-processes": render_cpu_processes,
+    "budget-search": render_budget_search,
     "test-command": render_test_command,
     "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,
