@@ -109,17 +109,19 @@ class TrainingBudget(TrainerCallback):
                 "Time budget of %.1f minutes reached at update %d: stopping.", self.seconds / 60, state.global_step
             )
             control.should_training_stop = control.should_save = True
-        if self.saves_before(progress) > self.saves_done:
-            self.saves_done = self.saves_before(progress)
+        saves_due = self.saves_before(progress)
+        if saves_due > self.saves_done:
+            self.saves_done = saves_due
             control.should_save = True
 
     def main_process_seconds(self, device: torch.device) -> float:
         """The training seconds of the run so far, as the main process counts them."""
-        seconds = torch.tensor([self.seconds_before + monotonic() - self.session_start], dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            seconds = seconds.to(device)
-            dist.broadcast(seconds, src=0)
-        return seconds.item()
+        seconds = self.seconds_before + monotonic() - self.session_start
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return seconds
+        shared = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.broadcast(shared, src=0)
+        return shared.item()
 
     def write_clock(self, folder: Path, step: int) -> None:
         """Record the clock in a checkpoint being written."""
