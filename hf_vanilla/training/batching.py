@@ -108,15 +108,24 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(f"pairs_done={pairs_done}: an epoch has {len(self.order)} pairs.")
         self.resumed_at = (epoch, pairs_done)
 
+    def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """`epoch`'s batches in its order, and the pairs each holds (before any cut)."""
+        count = len(self.bounds) - 1
+        batches = np.random.default_rng(self.seed + epoch).permutation(count) if self.shuffle else np.arange(count)
+        return batches, np.diff(self.bounds)[batches]
+
+    def whole_batches_in(self, epoch: int, pairs_done: int) -> int:
+        """How many whole batches of `epoch`'s order its first `pairs_done` pairs hold."""
+        _, sizes = self.epoch_order(epoch)
+        return int(np.searchsorted(np.cumsum(sizes), pairs_done, side="right"))
+
     def epoch_ranges(self, epoch: int) -> np.ndarray:
         """The epoch's batches still to train, in order, as [batch, first, end] rows (positions in the batch), the
         last ones cut so that their number is a multiple of `batches_per_update`.
 
         The cut takes the batches that end the epoch short of a whole update (or, where those hold fewer pairs than
         an update has batches, as many whole updates more as it takes) and halves their largest pieces."""
-        count = len(self.bounds) - 1
-        batches = np.random.default_rng(self.seed + epoch).permutation(count) if self.shuffle else np.arange(count)
-        sizes = np.diff(self.bounds)[batches]
+        batches, sizes = self.epoch_order(epoch)
         ranges = np.stack([batches, np.zeros_like(sizes), sizes], axis=1)
         resumed_epoch, pairs_done = self.resumed_at
         if epoch == resumed_epoch and pairs_done:

@@ -15,6 +15,7 @@ the main process's clock, so all of them change the learning rate and stop at th
 import json
 import logging
 import math
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from time import monotonic
@@ -60,6 +61,9 @@ class TrainingBudget(TrainerCallback):
         self.seconds = minutes * 60 if minutes else None
         self.decay_share, self.decay_saves = decay_share, decay_saves
         self.max_steps = 0
+        # What `max_steps` and the warmup count at an update: the update itself, unless the trainer counts updates of
+        # the run's first size after a resume on another (`EpochPosition.schedule_step`).
+        self.schedule_step: Callable[[int], int | float] = lambda step: step
         self.session_start: float | None = None
         self.restart()
 
@@ -93,12 +97,12 @@ class TrainingBudget(TrainerCallback):
     def progress(self, step: int) -> float:
         """How much of the budget update `step` has used: the larger of the time and the updates spent."""
         by_time = self.elapsed / self.seconds if self.seconds else 0.0
-        by_steps = step / self.max_steps if self.max_steps > 0 else 0.0
+        by_steps = self.schedule_step(step) / self.max_steps if self.max_steps > 0 else 0.0
         return max(by_time, by_steps)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.session_start = monotonic()
-        self.max_steps = state.max_steps if args.max_steps > 0 else 0  # a length in epochs ends by itself
+        self.max_steps = max(args.max_steps, 0)  # a length in epochs ends by itself
 
     def on_step_end(self, args, state, control, **kwargs):
         if args.world_size == 1 or state.global_step % CLOCK_SYNC_UPDATES == 0:
@@ -139,7 +143,7 @@ def budget_lr_factor(
     step: int, budget: TrainingBudget, warmup_steps: int, decay_type: str, min_lr_ratio: float
 ) -> float:
     """The learning rate of update `step` as a share of the peak: linear warmup, the peak, then the decay."""
-    warmup = min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
+    warmup = min(1.0, budget.schedule_step(step) / warmup_steps) if warmup_steps > 0 else 1.0
     progress = budget.progress(step)
     if budget.decay_share == 0 or progress <= budget.decay_start():
         return warmup

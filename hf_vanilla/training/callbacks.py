@@ -48,19 +48,32 @@ class EpochPosition(TrainerCallback):
     reaches the sampler through the loader's dataset (`EpochSettingRows.set_epoch`), because Accelerate's sampler
     wrappers do not pass it on; that relies on Accelerate calling the dataset's `set_epoch`. A release that stops
     doing so would silently train every epoch in epoch 0's order: this makes it an error at the first update of the
-    next epoch. The Trainer's epoch is counted here from its `on_epoch_begin` calls, independently of the sampler."""
+    next epoch. The Trainer's epoch is counted here from its `on_epoch_begin` calls, independently of the sampler.
 
-    def __init__(self, sampler):
+    The learning-rate schedule and `max_steps` count updates of the run's first size, `reference` batches each
+    (`schedule_step`): on that size, the update itself; after a resume on another number of processes or
+    accumulation steps, the batches of the order trained over `reference`. So the same pairs meet the same learning
+    rate, and the run ends where an uninterrupted one would, however often its size changed."""
+
+    def __init__(self, sampler, reference: int | None = None):
         self.sampler = sampler
+        self.reference = reference or sampler.batches_per_update
         self.epoch: int | None = None
         self.first_step = self.batches = self.epoch_batches = self.skipped_batches = 0
+        # The update the epoch's schedule counts from, the whole batches of its order trained by then, and the update
+        # its order ends at in this run.
+        self.anchor_step = self.anchor_batches = self.end_step = 0
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        resumed_epoch, _ = self.sampler.resumed_at
-        self.epoch = resumed_epoch if self.epoch is None else self.epoch + 1
+        resumed_epoch, pairs_done = self.sampler.resumed_at
+        resumed = self.epoch is None
+        self.epoch = resumed_epoch if resumed else self.epoch + 1
         self.first_step, self.batches = state.global_step, 0
         self.epoch_batches = len(self.sampler)
         self.skipped_batches = self.epoch_batches - len(self.sampler.epoch_ranges(self.epoch))
+        self.anchor_step = state.global_step
+        self.anchor_batches = self.sampler.whole_batches_in(self.epoch, pairs_done) if resumed else 0
+        self.end_step = state.global_step + self.updates_left(self.epoch)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.sampler.iterated_epoch is not None and self.sampler.iterated_epoch != self.epoch:
@@ -74,6 +87,40 @@ class EpochPosition(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.batches = (state.global_step - self.first_step) * self.sampler.batches_per_update
         state.epoch = self.epoch + min(1.0, (self.skipped_batches + self.batches) / self.epoch_batches)
+
+    def updates_left(self, epoch: int) -> int:
+        """The updates of this run's size that train what is left of `epoch`."""
+        return len(self.sampler.epoch_ranges(epoch)) // self.sampler.batches_per_update
+
+    def reference_updates_per_epoch(self) -> int:
+        """The updates of the reference size in a whole epoch (its last batches are cut into a whole update)."""
+        return -(-(len(self.sampler.bounds) - 1) // self.reference)
+
+    def schedule_step(self, step: int) -> int | float:
+        """Where update `step` of this epoch leaves the run, in updates of the reference size: what the learning-rate
+        schedule and `max_steps` count. An epoch's end is where the reference's ends, whatever its last batches were
+        cut into; before it, each update adds its batches over `reference`. Whole positions are given as integers,
+        which the library's schedules were written for (on the reference size every position is whole)."""
+        if self.epoch is None:  # the scheduler's first rate, set before training begins
+            return step
+        per_epoch = self.reference_updates_per_epoch()
+        if step >= self.end_step:
+            return (self.epoch + 1) * per_epoch
+        batches = self.epoch * per_epoch * self.reference + self.anchor_batches
+        batches += (step - self.anchor_step) * self.sampler.batches_per_update
+        return batches // self.reference if batches % self.reference == 0 else batches / self.reference
+
+    def update_reaching(self, schedule_step: int, step: int) -> int:
+        """The update of this run, resumed at update `step`, at which the schedule reaches `schedule_step` (the
+        run's `max_steps`), or the end of the epoch it lies in: where the run ends."""
+        epoch, pairs_done = self.sampler.resumed_at
+        batches = self.sampler.whole_batches_in(epoch, pairs_done)
+        end, per_epoch = step + self.updates_left(epoch), self.reference_updates_per_epoch()
+        while schedule_step > (epoch + 1) * per_epoch:
+            step, epoch, batches = end, epoch + 1, 0
+            end = step + len(self.sampler) // self.sampler.batches_per_update
+        batches_left = (schedule_step - epoch * per_epoch) * self.reference - batches
+        return min(end, step + max(0, -(-batches_left // self.sampler.batches_per_update)))
 
     def position(self) -> tuple[int, int]:
         """(epoch, pairs of it trained): where a resume starts."""

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.distributed.fsdp import FSDPModule
+from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints, seed_worker
@@ -48,6 +50,9 @@ BATCHING_OPTIONS = {
     "training_pairs": TRAINING_PAIRS,
     "pair_lengths_sha256": TRAINING_PAIRS,
 }
+# The entry of that file giving the batches an update of the run's first size took: what the learning-rate schedule
+# and `max_steps` count updates of (`EpochPosition.schedule_step`).
+SCHEDULE_REFERENCE = "schedule_batches_per_update"
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
@@ -80,6 +85,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
         self.resume_at: tuple[int, int] | None = None  # (epoch, pairs of it trained) of the checkpoint resumed
+        self.schedule_reference: int | None = None  # the batches of the run's first updates, from the checkpoint
         self.epoch_position: EpochPosition | None = None
         # Our model computes the label-smoothed loss itself, asked per call (`compute_loss`): the library's smoother
         # would pop the labels and smooth materialised logits.
@@ -116,7 +122,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         checkpoint = resume_from_checkpoint
         if checkpoint is True:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
-        self.resume_at = None
+        self.resume_at = self.schedule_reference = None
         self.budget.restart()
         if self.made_budget_schedule:  # its warmup may count in another run's updates: made again, as the library does
             self.lr_scheduler, self.made_budget_schedule = None, False
@@ -127,16 +133,28 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             if not self.args.ignore_data_skip:
                 check_same_batching(Path(checkpoint), saved, now)
             self.resume_at = resume_position(Path(checkpoint), saved, self.args.ignore_data_skip)
-            log_resume(checkpoint, saved, now, self.max_tokens)
+            self.schedule_reference = schedule_reference(saved, now)
+            log_resume(checkpoint, saved, now, self.max_tokens, self.schedule_reference)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        if self.lr_scheduler is None and uses_budget_schedule(self.args):
+        if self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        position = self.epoch_position  # None: a subclass's own loader, whose updates the schedule counts
+        resized = position is not None and position.reference != position.sampler.batches_per_update
+        if resized and self.args.max_steps <= 0:  # a length in epochs, which the library counted in this run's size
+            num_training_steps = math.ceil(self.args.num_train_epochs * position.reference_updates_per_epoch())
+        if uses_budget_schedule(self.args):
             kwargs = {k: v for k, v in (self.args.lr_scheduler_kwargs or {}).items() if k != "decay_share"}
             warmup = self.args.get_warmup_steps(num_training_steps)
             self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.budget, warmup, **kwargs)
             self.made_budget_schedule = True
-        return super().create_scheduler(num_training_steps, optimizer)
+            return self.lr_scheduler
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if resized and isinstance(scheduler, LambdaLR):  # every library schedule but reduce_lr_on_plateau
+            # Partials of a function, so that the scheduler's state holds nothing of ours (as `budget_schedule`).
+            scheduler.lr_lambdas = [partial(at_schedule_step, rate, position) for rate in scheduler.lr_lambdas]
+        return scheduler
 
     # A private Trainer method (`library_hooks.TRAINER_METHODS`): the library counts the epoch and the batches to skip
     # from `global_step` in updates of this run's size, which a checkpoint of another process count or accumulation
@@ -154,10 +172,19 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         sampler = self.epoch_position.sampler
         sampler.resume(*self.resume_at)
         epoch, _ = self.resume_at
+        position = self.epoch_position
         if self.args.max_steps <= 0:  # a length in epochs: count what is left in updates of this run's size
-            updates_left = len(sampler.epoch_ranges(epoch)) // sampler.batches_per_update
-            updates_left += (num_train_epochs - epoch - 1) * num_update_steps_per_epoch
+            updates_left = position.updates_left(epoch) + (num_train_epochs - epoch - 1) * num_update_steps_per_epoch
             self.state.max_steps = self.state.global_step + updates_left
+        elif position.reference != sampler.batches_per_update:
+            self.state.max_steps = position.update_reaching(self.args.max_steps, self.state.global_step)
+            logger.warning(
+                "max_steps=%d counts updates of %d batches: this run of %d-batch updates ends at update %d.",
+                self.args.max_steps,
+                position.reference,
+                sampler.batches_per_update,
+                self.state.max_steps,
+            )
         return epoch, 0
 
     def get_train_dataloader(self) -> DataLoader:
@@ -197,7 +224,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             generator=torch.Generator().manual_seed(self.args.seed),
         )
         self.remove_callback(EpochPosition)  # the position in an earlier loader's order, if any
-        self.epoch_position = EpochPosition(sampler)
+        self.epoch_position = EpochPosition(sampler, self.schedule_reference)
+        self.budget.schedule_step = self.epoch_position.schedule_step
         self.add_callback(self.epoch_position)
         # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
         # number a multiple of the processes times the accumulation, so none is repeated to even them out).
@@ -232,6 +260,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             batching = self.batching()
             if self.epoch_position is not None:  # None: a subclass's own loader
                 batching["epoch"], batching["pairs_done"] = self.epoch_position.position()
+                batching[SCHEDULE_REFERENCE] = self.epoch_position.reference
             (staged / BATCHING_FILE).write_text(json.dumps(batching, indent=1))
             self.budget.write_clock(staged, self.state.global_step)
         self.accelerator.wait_for_everyone()
@@ -342,7 +371,20 @@ def resume_position(checkpoint: Path, saved: dict, restart_epoch: bool) -> tuple
     )
 
 
-def log_resume(checkpoint: str, saved: dict, now: dict, max_tokens: int) -> None:
+def schedule_reference(saved: dict, now: dict) -> int:
+    """The batches an update of the run's first size took, which its schedule counts in: recorded in the checkpoint,
+    or, for one written without it, its own updates' (a run resumed before on another size did not record any)."""
+    if SCHEDULE_REFERENCE in saved:
+        return saved[SCHEDULE_REFERENCE]
+    return saved.get("processes", now["processes"]) * saved.get("gradient_accumulation_steps", 1)
+
+
+def at_schedule_step(rate, position: EpochPosition, step: int) -> float:
+    """A library schedule's `rate` at update `step`, counted in updates of the run's first size."""
+    return rate(position.schedule_step(step))
+
+
+def log_resume(checkpoint: str, saved: dict, now: dict, max_tokens: int, reference: int) -> None:
     """Say where the resume starts, and how the batches an update takes (and so its tokens) changed, if they did."""
     before = saved.get("processes", now["processes"]) * saved.get("gradient_accumulation_steps", 1)
     after = now["processes"] * now["gradient_accumulation_steps"]
@@ -351,14 +393,15 @@ def log_resume(checkpoint: str, saved: dict, now: dict, max_tokens: int) -> None
     if before != after:
         logger.warning(
             "An update now takes %d batches (%d process(es) x %d accumulation step(s), up to %d tokens) where the "
-            "checkpoint's took %d (up to %d tokens): the learning-rate schedule goes on by update, so each update "
-            "from here weighs %.2fx the tokens of one before. Dropout masks differ from an uninterrupted run's (each "
-            "process draws its own); on the same number of processes a resume is bit-exact.",
+            "checkpoint's took %d (up to %d tokens). The learning-rate schedule and max_steps count updates of the "
+            "run's first size, %d batches, so the same pairs get the same learning rate as in an uninterrupted run. "
+            "Dropout masks differ from an uninterrupted run's (each process draws its own); on the same number of "
+            "processes a resume is bit-exact.",
             after,
             now["processes"],
             now["gradient_accumulation_steps"],
             after * max_tokens,
             before,
             before * max_tokens,
-            after / before,
+            reference,
         )

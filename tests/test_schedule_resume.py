@@ -1,0 +1,123 @@
+"""Schedules with a total after a resume on another number of batches an update (processes x accumulation; here the
+accumulation, in one process): the same pairs of the global order get the same learning rate as in an uninterrupted
+run, and the run ends on the same pair."""
+
+import pytest
+from transformers import Seq2SeqTrainingArguments, TrainerCallback
+
+from .conftest import EOS, make_model
+
+
+LEARNING_RATE = 1e-3
+PAIRS, MAX_TOKENS = 64, 36  # 11 batches an epoch
+WARMUP = 3
+SCHEDULES = {
+    "linear": {"lr_scheduler_type": "linear"},
+    "cosine": {"lr_scheduler_type": "cosine"},
+    "budget": {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"decay_share": 0.5}},
+}
+
+
+class StopAt(TrainerCallback):
+    """Stops training after update `step` with a checkpoint, as a preempted job's SIGTERM does."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = control.should_save = True
+
+
+class RateByPosition(TrainerCallback):
+    """For every update, where training stood in the global order when it began (epoch, pairs of it trained) and the
+    learning rate it trained with (what the Trainer logs at the update)."""
+
+    def __init__(self):
+        self.trainer = None
+        self.start: tuple[int, int] | None = None
+        self.rates: dict[int, tuple[tuple[int, int], float]] = {}
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.start = self.trainer.epoch_position.position()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "learning_rate" in logs:
+            self.rates[state.global_step] = (self.start, logs["learning_rate"])
+
+
+def run(output_dir, schedule: str, accumulation: int, max_steps: int, stop_at: int | None = None, resume=False):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(PAIRS)]
+    lengths = list(map(len, rows))
+    data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
+    model = make_model(dropout=0.0, vocab_size=48)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        learning_rate=LEARNING_RATE,
+        warmup_steps=WARMUP,
+        gradient_accumulation_steps=accumulation,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=3,
+        **SCHEDULES[schedule],
+    )
+    recorder = RateByPosition()
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
+        max_tokens=MAX_TOKENS,
+        callbacks=[recorder, *([StopAt(stop_at)] if stop_at else [])],
+    )
+    recorder.trainer = trainer
+    trainer.train(resume_from_checkpoint=resume or None)
+    return trainer, recorder.rates
+
+
+def batches_an_epoch() -> int:
+    from hf_vanilla.training import TokenBudgetBatchSampler
+
+    lengths = [2 + i % 6 + 1 for i in range(PAIRS)]  # the rows of `run`, their end of sequence included
+    return len(TokenBudgetBatchSampler(lengths, max_tokens=MAX_TOKENS, seed=3))
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1), (1, 3), (3, 2)])
+def test_a_resume_on_another_size_keeps_each_pairs_learning_rate_and_the_end(tmp_path, schedule, before, after):
+    batches = batches_an_epoch()
+    assert batches % 2 and batches % 3, "an epoch whose last batches are cut on every resumed size"
+    updates_an_epoch = -(-batches // before)
+    max_steps = 2 * updates_an_epoch
+    whole, whole_rates = run(tmp_path / "whole", schedule, before, max_steps)
+    rate_at = dict(whole_rates.values())
+    assert len(rate_at) == max_steps and whole.state.global_step == max_steps
+    if schedule == "linear":  # the uninterrupted run is the library's schedule, by hand: update n runs at step n - 1's
+        for step, (_, rate) in whole_rates.items():
+            expected = min((step - 1) / WARMUP, (max_steps - step + 1) / (max_steps - WARMUP))
+            assert rate == pytest.approx(LEARNING_RATE * expected)
+
+    stop = updates_an_epoch // 2
+    run(tmp_path / "part", schedule, before, max_steps, stop_at=stop)
+    resumed, resumed_rates = run(tmp_path / "part", schedule, after, max_steps, resume=True)
+    matched = 0
+    for step, (position, rate) in resumed_rates.items():
+        if step > stop and position in rate_at:
+            assert rate == pytest.approx(rate_at[position], abs=1e-12), f"update {step} at {position}"
+            matched += 1
+    # Updates of `after` batches begin on the uninterrupted run's positions at every common multiple of the sizes,
+    # and at each epoch's start.
+    assert matched >= (max_steps - stop) * before // (before * after) - 1
+    # The run ends where the uninterrupted one did: the end of epoch 1, every pair of it trained.
+    assert resumed.epoch_position.position() == whole.epoch_position.position() == (2, 0)
+    assert resumed.state.epoch == whole.state.epoch == 2
