@@ -244,27 +244,25 @@ def render_marian(name: str = "marian-small-cpu.json") -> str:
 
 
 def render_quickstart_budgets(names: tuple[str, ...] = ("quickstart-d6f7dae-cpu.json", "quickstart-budget-cpu.json")):
-    """The main job's recipes side by side (one results file each, older first): per budget and seed, the updates
-    made, the test scores and the weights kept; then each recipe's mean per budget."""
-    rows, means, sources = [], [], []
+    """The main job's recipes side by side (one results file each, older first): a row per recipe and budget, with
+    every seed's updates, test BLEU and weights kept, the mean BLEU and the longest whole job."""
+    rows, sources = [], []
     for name in names:
         document = load(name)
         runs = [run for run in document["results"] if not run["bf16"]]
-        for run in sorted(runs, key=lambda run: (run["minutes"], run["seed"])):
-            rows.append(
-                [run["commit"][:7], f"{run['minutes']:g} min", str(run["seed"]), str(run["updates"]),
-                 *_test_scores(run), run["final_weights"], _minutes(run["whole_job_wall_s"])]
-            )  # fmt: skip
         for minutes in sorted({run["minutes"] for run in runs}):
-            bleu = [run["test"]["test_bleu"] for run in runs if run["minutes"] == minutes]
-            means.append(
-                f"{runs[0]['commit'][:7]}, {minutes:g} min: mean {sum(bleu) / len(bleu):.2f} BLEU over "
-                f"{len(bleu)} seed(s) ({min(bleu):.2f}–{max(bleu):.2f})"
-            )
+            budget = sorted((run for run in runs if run["minutes"] == minutes), key=lambda run: run["seed"])
+            bleu = [run["test"]["test_bleu"] for run in budget]
+            rows.append(
+                [budget[0]["commit"][:7], f"{minutes:g} min", " / ".join(str(run["seed"]) for run in budget),
+                 " / ".join(str(run["updates"]) for run in budget), " / ".join(f"{value:.2f}" for value in bleu),
+                 f"**{sum(bleu) / len(bleu):.2f}**", " / ".join(run["final_weights"] for run in budget),
+                 _minutes(max(run["whole_job_wall_s"] for run in budget))]
+            )  # fmt: skip
         sources.append(provenance(document, name))
-    header = ["recipe (commit)", "budget", "seed", "updates", "test2016 BLEU", "chrF", "weights kept", "whole job"]
-    signature = f"sacreBLEU `{load(names[-1])['results'][0]['bleu_signature']}`."
-    return "\n\n".join([markdown(header, rows), "; ".join(means) + ". " + signature, *sources]) + "\n"
+    header = ["recipe (commit)", "budget", "seeds", "updates", "test2016 BLEU", "mean", "weights kept", "whole job"]
+    signature = f"sacreBLEU `{load(names[-1])['results'][0]['bleu_signature']}`, beam 4; the longest whole job shown."
+    return "\n\n".join([markdown(header, rows), signature, *sources]) + "\n"
 
 
 def render_budget_search(name: str = "budget-search-cpu.json") -> str:
