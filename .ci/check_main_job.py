@@ -4,7 +4,8 @@ German line per English line.
     python3 .ci/check_main_job.py RUN_DIR TRANSLATIONS_FILE --inputs 2 --curve docs/results/quickstart-budget-cpu.json
 
 The job trains for 10 minutes, so its update count, and with it its score, follows the machine's speed. The curve is
-the recipe's recorded runs (`benchmarks.quickstart` at several budgets, every seed): at each budget the mean update
+the recipe's recorded runs (`benchmarks.quickstart` at several budgets, every seed, one recipe in the file, whichever
+commits ran it): at each budget the mean update
 count and the mean test2016 BLEU, joined by straight lines, flat beyond the last point and through the origin before
 the first. The floor is the curve at the updates this run made, minus `--margin` (3 BLEU: the seeds' spread plus a
 machine's), so a slow machine neither fails by chance nor hides a regression that costs more than that.
@@ -17,13 +18,12 @@ from itertools import pairwise
 from pathlib import Path
 
 
-def recorded_curve(results_file: Path, commit: str | None = None) -> list[tuple[float, float]]:
-    """(mean updates, mean test BLEU) per budget of the float32 runs of `commit` (default: the newest recorded)."""
-    runs = [run for run in json.loads(results_file.read_text())["results"] if not run["bf16"]]
-    commit = commit or runs[-1]["commit"]
+def recorded_curve(results_file: Path) -> list[tuple[float, float]]:
+    """(mean updates, mean test BLEU) per budget of the float32 runs of `results_file`, which holds one recipe's runs
+    (whatever commit ran them: a changed recipe moves the file's runs to docs/results/archive/)."""
     budgets: dict[float, list[dict]] = {}
-    for run in runs:
-        if run["commit"] == commit:
+    for run in json.loads(results_file.read_text())["results"]:
+        if not run["bf16"]:
             budgets.setdefault(run["minutes"], []).append(run)
     return sorted(
         (sum(r["updates"] for r in group) / len(group), sum(r["test"]["test_bleu"] for r in group) / len(group))

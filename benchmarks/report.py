@@ -244,17 +244,19 @@ def render_marian(name: str = "marian-small-cpu.json") -> str:
 
 
 def render_quickstart_budgets(names: tuple[str, ...] = ("quickstart-d6f7dae-cpu.json", "quickstart-budget-cpu.json")):
-    """The main job's recipes side by side (one results file each, older first): a row per recipe and budget, with
-    every seed's updates, test BLEU and weights kept, the mean BLEU and the longest whole job."""
+    """The main job's recipes side by side (one results file each, older first, named by the commit of its first
+    run): a row per recipe and budget, with every seed's updates, test BLEU and weights kept, the mean BLEU and the
+    longest whole job."""
     rows, sources = [], []
     for name in names:
         document = load(name)
         runs = [run for run in document["results"] if not run["bf16"]]
+        recipe = runs[0]["commit"][:7]
         for minutes in sorted({run["minutes"] for run in runs}):
             budget = sorted((run for run in runs if run["minutes"] == minutes), key=lambda run: run["seed"])
             bleu = [run["test"]["test_bleu"] for run in budget]
             rows.append(
-                [budget[0]["commit"][:7], f"{minutes:g} min", " / ".join(str(run["seed"]) for run in budget),
+                [recipe, f"{minutes:g} min", " / ".join(str(run["seed"]) for run in budget),
                  " / ".join(str(run["updates"]) for run in budget), " / ".join(f"{value:.2f}" for value in bleu),
                  f"**{sum(bleu) / len(bleu):.2f}**", " / ".join(run["final_weights"] for run in budget),
                  _minutes(max(run["whole_job_wall_s"] for run in budget))]
