@@ -75,7 +75,8 @@ def write_test_report(
         "bleu_signature": signed["bleu_signature"],
         "chrf_signature": signed["chrf_signature"],
     }
-    (output_dir / "final" / "hyperparameters.json").write_text(json.dumps(hyperparameters, indent=2))
+    # Beside the model, not in its folder: a saved model holds the model, never the settings that trained it.
+    (output_dir / "hyperparameters.json").write_text(json.dumps(hyperparameters, indent=2))
     (output_dir / "test_scores.json").write_text(json.dumps({**scores, **result}, indent=2))
     (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     plot_training_curves(log_history, output_dir / "curves.png")
