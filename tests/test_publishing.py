@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard, metadata_load
+from packaging.version import Version
 
 from hf_vanilla.hub import CardInfo, dry_run, write_hub_folder
 
@@ -121,6 +122,39 @@ def test_published_folder_loads_without_hf_vanilla(published, tmp_path):
     assert result["translation"] == tokenizer.decode(expected[0], skip_special_tokens=True)
 
 
+REMOTE_LOAD_ON_A_RELEASE = """
+import json, sys
+sys.modules["hf_vanilla"] = None
+import transformers
+transformers.__version__ = sys.argv[2]  # the release the remote code reads, as if it were installed
+from transformers import AutoConfig
+try:
+    kind = type(AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)).__name__
+except ImportError as error:
+    print(json.dumps({"refused": str(error)}))
+else:
+    print(json.dumps({"loaded": kind}))
+"""
+
+
+@pytest.mark.parametrize("release", ["5.9.2", "5.10.0.dev0"])
+def test_remote_code_refuses_a_release_below_its_floor_in_one_line(published, tmp_path, release):
+    """The saved config's own check, on a simulated older release: below the floor, one line naming the release and
+    the command; a development build of the floor's release is that release."""
+    from hf_vanilla.configuration_vanilla import TRANSFORMERS_FLOOR
+
+    folder, _, _ = published
+    script = REMOTE_LOAD_ON_A_RELEASE
+    result = json.loads(run_without_hf_vanilla(script, [str(folder), release], tmp_path).strip().splitlines()[-1])
+    if Version(release).release < Version(TRANSFORMERS_FLOOR).release:
+        assert result == {
+            "refused": f"This hf_vanilla model needs transformers >= {TRANSFORMERS_FLOOR}, and transformers {release} "
+            f"is installed: pip install -U 'transformers>={TRANSFORMERS_FLOOR}'"
+        }
+    else:
+        assert result == {"loaded": "VanillaTransformerConfig"}
+
+
 def test_dry_run_lists_the_folder_it_would_write_and_leaves_nothing(published, tmp_path, monkeypatch):
     folder, model, tokenizer = published
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its scratch folder goes, to see it removed
@@ -160,8 +194,6 @@ def test_the_cards_tested_range_is_the_release_sweeps():
     """docs/results/transformers-releases-cpu.json (benchmarks/transformers_releases.py): every 5.x minor release
     from the remote-code floor to the lock's transformers passes, every one below it is refused in one line, and the
     card names exactly that range."""
-    from packaging.version import Version
-
     from hf_vanilla.configuration_vanilla import TRANSFORMERS_FLOOR
     from hf_vanilla.env import range_tested
 
@@ -174,3 +206,6 @@ def test_the_cards_tested_range_is_the_release_sweeps():
     for result, release in zip(results, releases, strict=True):
         expected = "pass" if release.release[:2] >= floor.release else "refused"
         assert result["verdict"] == expected, result
+        if expected == "pass":  # a trained model's translations, token for token those of the package on the lock
+            assert result["compared"] >= 200 and result["differences"] == [], result
+            assert result["identical"] == {"greedy": result["compared"], "beam4": result["compared"]}, result
