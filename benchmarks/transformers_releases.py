@@ -161,11 +161,13 @@ def markdown_table(document: dict) -> str:
     for (verdict, error, _), releases in groups:
         first = next(r for r in document["results"] if r["transformers"] == releases[0])
         span = releases[0] if len(releases) == 1 else f"{releases[0]} to {releases[-1]} ({len(releases)} releases)"
-        what = {
-            "pass": f"works: cached == uncached (greedy, beam 4 with an n-best of 2), one token a step, the pipeline; "
-            f"{identical_counts(first)}",
-            "refused": f"refused at once, on {releases[0]}: `{first.get('error', '')}`",
-        }.get(verdict, f"FAILS: `{error}`")
+        if verdict == "pass":
+            what = "works: cached == uncached (greedy, beam 4 with an n-best of 2), one token a step, the pipeline; "
+            what += identical_counts(first)
+        elif verdict == "refused":
+            what = f"refused at once, on {releases[0]}: `{first.get('error', '')}`"
+        else:
+            what = f"FAILS: `{error}`"
         rows.append([span, what])
     header = ["transformers (each minor's newest patch)", "a saved model's remote code, without hf_vanilla"]
     return markdown(header, rows)
@@ -187,9 +189,9 @@ def main() -> None:
         releases = args.releases or (ends(minor_releases()) if args.ends else minor_releases())
         results = sweep(releases, args.model, args.sentences, Path(workdir))
     document = record("benchmarks.transformers_releases", results, floor=TRANSFORMERS_FLOOR, torch=TORCH)
-    print(markdown_table(document))
     if args.json:
         args.json.write_text(json.dumps(document, indent=2) + "\n")
+    print(markdown_table(document))
     failed = [result["transformers"] for result in results if result["verdict"] == "FAIL"]
     if failed:
         sys.exit(f"remote code fails on transformers {', '.join(failed)}")
