@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
+from transformers import TrainerCallback
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -141,6 +142,17 @@ TEST_CONFIG = dict(
 )
 
 
+class StopAt(TrainerCallback):
+    """Stops training after update `step` with a checkpoint, as a preempted job's SIGTERM does."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = control.should_save = True
+
+
 def make_config(**overrides) -> VanillaTransformerConfig:
     return VanillaTransformerConfig(**{**TEST_CONFIG, **overrides})
 
@@ -151,6 +163,33 @@ def make_model(seed: int = 0, attn_implementation: str = "eager", **overrides):
     config = make_config(**overrides)
     config._attn_implementation = attn_implementation
     return VanillaTransformerForConditionalGeneration(config).eval()
+
+
+def word_budget_trainer(output_dir, max_tokens: int, pairs: int = 64, callbacks=(), trainer_options=None, **arguments):
+    """A `TokenBudgetSeq2SeqTrainer` of a tiny model on `pairs` synthetic pairs (2 to 7 tokens and an end of
+    sequence), every update logged, no checkpoint but those asked for: what the schedule tests train."""
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+    from benchmarks.synthetic import word_level_tokenizer
+    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+
+    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(pairs)]
+    lengths = list(map(len, rows))
+    data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
+    torch.manual_seed(0)
+    model = make_model(dropout=0.0, vocab_size=48)
+    settings = {"use_cpu": True, "report_to": [], "logging_steps": 1, "save_strategy": "no", "disable_tqdm": True}
+    args = Seq2SeqTrainingArguments(output_dir=str(output_dir), seed=3, **settings, **arguments)
+    return TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
+        max_tokens=max_tokens,
+        callbacks=list(callbacks),
+        **(trainer_options or {}),
+    )
 
 
 def padded_batch(rows: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,13 +5,12 @@ import json
 import math
 
 import pytest
-import torch
-from transformers import Seq2SeqTrainingArguments, TrainerCallback
+from transformers import Seq2SeqTrainingArguments
 
 from hf_vanilla.training.averaging import average_checkpoints, last_checkpoints
 from hf_vanilla.training.budget import CLOCK_FILE, TrainingBudget, budget_lr_factor, uses_budget_schedule
 
-from .conftest import EOS, make_model
+from .conftest import StopAt, make_model, word_budget_trainer
 
 
 def budget_at(elapsed: float, minutes: float = 10, max_steps: int = 1000, decay_share: float = 0.4):
@@ -77,53 +76,20 @@ class FakeClock:
         return self.now
 
 
-class StopAt(TrainerCallback):
-    """Stops training after `step` with a checkpoint, as a preempted job's SIGTERM does."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = control.should_save = True
-
-
 def budget_trainer(output_dir, monkeypatch, callbacks=()):
-    from datasets import Dataset
-    from transformers import DataCollatorForSeq2Seq
-
-    from benchmarks.synthetic import word_level_tokenizer
-    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer, budget
+    from hf_vanilla.training import budget
 
     monkeypatch.setattr(budget, "monotonic", FakeClock())
-    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(64)]
-    lengths = list(map(len, rows))
-    data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
-    torch.manual_seed(0)
-    model = make_model(dropout=0.0, vocab_size=48)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir),
+    return word_budget_trainer(
+        output_dir,
+        max_tokens=64,
+        callbacks=callbacks,
+        trainer_options={"max_train_minutes": 1, "decay_saves": 4},
         max_steps=1000,  # the 60-second budget ends the run first
         learning_rate=1e-3,
         lr_scheduler_type="warmup_stable_decay",
         lr_scheduler_kwargs={"decay_share": 0.5, "decay_type": "linear"},
         warmup_steps=10,
-        use_cpu=True,
-        report_to=[],
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=3,
-    )
-    return TokenBudgetSeq2SeqTrainer(
-        model=model,
-        args=args,
-        train_dataset=data,
-        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
-        max_tokens=64,
-        max_train_minutes=1,
-        decay_saves=4,
-        callbacks=list(callbacks),
     )
 
 

@@ -3,9 +3,9 @@ accumulation, in one process): the same pairs of the global order get the same l
 run, and the run ends on the same pair."""
 
 import pytest
-from transformers import Seq2SeqTrainingArguments, TrainerCallback
+from transformers import TrainerCallback
 
-from .conftest import EOS, make_model
+from .conftest import StopAt, word_budget_trainer
 
 
 LEARNING_RATE = 1e-3
@@ -16,17 +16,6 @@ SCHEDULES = {
     "cosine": {"lr_scheduler_type": "cosine"},
     "budget": {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"decay_share": 0.5}},
 }
-
-
-class StopAt(TrainerCallback):
-    """Stops training after update `step` with a checkpoint, as a preempted job's SIGTERM does."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = control.should_save = True
 
 
 class RateByPosition(TrainerCallback):
@@ -47,38 +36,17 @@ class RateByPosition(TrainerCallback):
 
 
 def run(output_dir, schedule: str, accumulation: int, max_steps: int, stop_at: int | None = None, resume=False):
-    from datasets import Dataset
-    from transformers import DataCollatorForSeq2Seq
-
-    from benchmarks.synthetic import word_level_tokenizer
-    from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
-
-    rows = [[4 + (i + j) % 40 for j in range(2 + i % 6)] + [EOS] for i in range(PAIRS)]
-    lengths = list(map(len, rows))
-    data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
-    model = make_model(dropout=0.0, vocab_size=48)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir),
+    recorder = RateByPosition()
+    trainer = word_budget_trainer(
+        output_dir,
+        max_tokens=MAX_TOKENS,
+        pairs=PAIRS,
+        callbacks=[recorder, *([StopAt(stop_at)] if stop_at else [])],
         max_steps=max_steps,
         learning_rate=LEARNING_RATE,
         warmup_steps=WARMUP,
         gradient_accumulation_steps=accumulation,
-        use_cpu=True,
-        report_to=[],
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=3,
         **SCHEDULES[schedule],
-    )
-    recorder = RateByPosition()
-    trainer = TokenBudgetSeq2SeqTrainer(
-        model=model,
-        args=args,
-        train_dataset=data,
-        data_collator=DataCollatorForSeq2Seq(word_level_tokenizer(48), model=model),
-        max_tokens=MAX_TOKENS,
-        callbacks=[recorder, *([StopAt(stop_at)] if stop_at else [])],
     )
     recorder.trainer = trainer
     trainer.train(resume_from_checkpoint=resume or None)
@@ -88,7 +56,7 @@ def run(output_dir, schedule: str, accumulation: int, max_steps: int, stop_at: i
 def batches_an_epoch() -> int:
     from hf_vanilla.training import TokenBudgetBatchSampler
 
-    lengths = [2 + i % 6 + 1 for i in range(PAIRS)]  # the rows of `run`, their end of sequence included
+    lengths = [2 + i % 6 + 1 for i in range(PAIRS)]  # word_budget_trainer's rows, their end of sequence included
     return len(TokenBudgetBatchSampler(lengths, max_tokens=MAX_TOKENS, seed=3))
 
 
