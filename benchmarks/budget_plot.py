@@ -16,6 +16,8 @@ from hf_vanilla.plotting import _figure
 
 
 COLOURS = ["tab:grey", "tab:blue", "tab:orange", "tab:green"]
+STYLES = [":", "--", "-", "-.", (0, (1, 3))]
+STYLE_NAMES = {":": "dotted", "--": "dashed", "-": "solid", "-.": "dash-dot", (0, (1, 3)): "sparse dots"}
 
 
 def main() -> None:
@@ -25,15 +27,17 @@ def main() -> None:
     args = parser.parse_args()
     figure = _figure(7, 4.5)
     axis = figure.subplots()
-    for colour, path in zip(COLOURS, args.results, strict=False):
-        runs = [run for run in json.loads(path.read_text())["results"] if not run["bf16"]]
+    recipes = [[run for run in json.loads(path.read_text())["results"] if not run["bf16"]] for path in args.results]
+    budgets = sorted({run["minutes"] for runs in recipes for run in runs})
+    style_of = {minutes: STYLES[index % len(STYLES)] for index, minutes in enumerate(budgets)}
+    for colour, runs in zip(COLOURS, recipes, strict=False):
         for index, run in enumerate(sorted(runs, key=lambda run: (run["minutes"], run["seed"]))):
             minutes = [point["step"] / run["updates"] * run["train_wall_s"] / 60 for point in run["validation"]]
             bleu = [point["eval_bleu"] for point in run["validation"]]
-            label = f"{run['commit'][:7]}" if index == 0 else None
-            style = "-" if run["minutes"] >= 10 else "--"
-            axis.plot(minutes, bleu, style, color=colour, marker=".", alpha=0.8, label=label)
-    axis.set_xlabel("training minutes (dashed: 5-minute budget, solid: 10)")
+            label = runs[0]["commit"][:7] if index == 0 else None  # the recipe: its file's first run's commit
+            axis.plot(minutes, bleu, style_of[run["minutes"]], color=colour, marker=".", alpha=0.8, label=label)
+    styles = ", ".join(f"{minutes:g} min {STYLE_NAMES[style]}" for minutes, style in style_of.items())
+    axis.set_xlabel(f"training minutes (budgets: {styles})")
     axis.set_ylabel("validation BLEU (greedy, 200 sentences)")
     axis.grid(alpha=0.3)
     axis.legend(title="recipe (commit)")
