@@ -116,7 +116,9 @@ def launch(processes: int, output: Path, cache: Path, *extra: str) -> subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
 def test_the_command_resumes_on_another_number_of_processes_and_says_how_updates_changed(tmp_path, before, after):
-    """The real command under torchrun; which pairs the resume trains is `tests/test_training_e2e.py`'s test."""
+    """The real command under torchrun; which pairs the resume trains is `tests/test_elastic_resume.py`'s test.
+    `--max_steps 4` counts updates of the first run's size: resumed after 2 of them, the run trains the batches of 2
+    more, in updates of the new size, and ends there (`tests/test_schedule_resume.py` checks every learning rate)."""
     output, cache = tmp_path / "run", tmp_path / "cache"
     first = launch(before, output, cache, "--max_steps", "2")
     assert first.returncode == 0, first.stderr[-4000:]
@@ -124,7 +126,10 @@ def test_the_command_resumes_on_another_number_of_processes_and_says_how_updates
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert f"An update now takes {after} batches ({after} process(es) x 1 accumulation step(s)" in resumed.stderr
     assert f"where the checkpoint's took {before}" in resumed.stderr
-    assert json.loads((output / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    end = 2 + 2 * before // after
+    said = f"max_steps=4 counts updates of {before} batches: this run of {after}-batch updates ends at update {end}."
+    assert said in resumed.stderr
+    assert json.loads((output / f"checkpoint-{end}" / "trainer_state.json").read_text())["global_step"] == end
 
 
 WORKER = ROOT / "tests" / "workers" / "fsdp_worker.py"
