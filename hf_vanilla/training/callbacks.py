@@ -60,9 +60,8 @@ class EpochPosition(TrainerCallback):
         self.reference = reference or sampler.batches_per_update
         self.epoch: int | None = None
         self.first_step = self.batches = self.epoch_batches = self.skipped_batches = 0
-        # The update the epoch's schedule counts from, the whole batches of its order trained by then, and the update
-        # its order ends at in this run.
-        self.anchor_step = self.anchor_batches = self.end_step = 0
+        # The whole batches of the epoch's order trained before this run began it, and the update its order ends at.
+        self.anchor_batches = self.end_step = 0
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         resumed_epoch, pairs_done = self.sampler.resumed_at
@@ -70,10 +69,10 @@ class EpochPosition(TrainerCallback):
         self.epoch = resumed_epoch if resumed else self.epoch + 1
         self.first_step, self.batches = state.global_step, 0
         self.epoch_batches = len(self.sampler)
-        self.skipped_batches = self.epoch_batches - len(self.sampler.epoch_ranges(self.epoch))
-        self.anchor_step = state.global_step
+        batches_left = len(self.sampler.epoch_ranges(self.epoch))
+        self.skipped_batches = self.epoch_batches - batches_left
         self.anchor_batches = self.sampler.whole_batches_in(self.epoch, pairs_done) if resumed else 0
-        self.end_step = state.global_step + self.updates_left(self.epoch)
+        self.end_step = state.global_step + batches_left // self.sampler.batches_per_update
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.sampler.iterated_epoch is not None and self.sampler.iterated_epoch != self.epoch:
@@ -107,7 +106,7 @@ class EpochPosition(TrainerCallback):
         if step >= self.end_step:
             return (self.epoch + 1) * per_epoch
         batches = self.epoch * per_epoch * self.reference + self.anchor_batches
-        batches += (step - self.anchor_step) * self.sampler.batches_per_update
+        batches += (step - self.first_step) * self.sampler.batches_per_update
         return batches // self.reference if batches % self.reference == 0 else batches / self.reference
 
     def update_reaching(self, schedule_step: int, step: int) -> int:
