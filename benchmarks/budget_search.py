@@ -42,9 +42,14 @@ ARMS = {
     "wsd-ls0": [*WSD, "--label_smoothing_factor", "0"],
     "wsd-dropout0": WSD,
     "wsd-decay1.0": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 1.0}'],
+    # The recipe as configs/quickstart.yaml has it, and its dropout.
+    "recipe": [],
+    "recipe-dropout0.05": [],
+    "recipe-dropout0.1": [],
 }
 # Arms that change the model preset (configs/quickstart_model.json): the fields they set.
-MODEL_CHANGES = {"wsd-dropout0": {"dropout": 0.0}}
+MODEL_CHANGES = {"wsd-dropout0": {"dropout": 0.0}, "recipe-dropout0.05": {"dropout": 0.05}}
+MODEL_CHANGES["recipe-dropout0.1"] = {"dropout": 0.1}
 SEARCH = ["--eval_strategy", "no", "--max_eval_examples", "1014", "--max_test_examples", "8", "--test_num_beams", "1"]
 SEARCH += ["--translate_examples", "0", "--report_to", "none", "--disable_tqdm", "true"]
 
@@ -64,8 +69,9 @@ def describe(arm: str) -> str:
     return " ".join(ARMS[arm]) + (f" (model preset: {changes})" if changes else "")
 
 
-def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output: Path) -> dict:
-    """Train one arm for `budget` (minutes, or else updates); what its validation split says of the kept weights."""
+def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output: Path, threads: int | None) -> dict:
+    """Train one arm for `budget` (minutes, or else updates) on `threads` threads (default: torch's choice); what
+    its validation split says of the kept weights."""
     minutes, updates = budget
     limit = (
         ["--max_train_minutes", str(minutes)]
@@ -75,6 +81,8 @@ def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output
     options = [*limit, "--seed", str(seed), *SEARCH, *arm_options(arm, output.parent)]
     command = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/quickstart.yaml", *options]
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     with (output.parent / f"{output.name}.log").open("w") as log:
         subprocess.run([*command, "--output_dir", str(output)], cwd=ROOT, env=env, stdout=log,
                        stderr=subprocess.STDOUT, check=True)  # fmt: skip
@@ -119,19 +127,28 @@ def main() -> None:
     parser.add_argument("--updates", type=int, nargs="+", default=[])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--threads", type=int, help="threads per run: 1 for two searches side by side")
     args = parser.parse_args()
-    results = json.loads(args.json.read_text())["results"] if args.json and args.json.exists() else []
+    results = []
     with tempfile.TemporaryDirectory() as scratch:
         budgets = [(minutes, None) for minutes in args.minutes] + [(None, updates) for updates in args.updates]
         for budget in budgets:
             for seed in args.seeds:
                 for arm in args.arms:
                     output = Path(scratch) / f"{arm}-{budget[0] or budget[1]}-seed{seed}"
-                    results.append(run_arm(arm, seed, budget, output))
-                    print(json.dumps(results[-1]), flush=True)
+                    document = record("benchmarks.budget_search", [run_arm(arm, seed, budget, output, args.threads)])
+                    run = document["results"][0] | {"command": document["command"], "commit": document["commit"]}
+                    results.append(run)
+                    print(json.dumps(run), flush=True)
                     if args.json:
-                        args.json.write_text(json.dumps(record("benchmarks.budget_search", results), indent=1) + "\n")
+                        add_run(args.json, document, run)
     print(search_table(results))
+
+
+def add_run(path: Path, document: dict, run: dict) -> None:
+    """Adds `run` to the results at `path`, read again just before: two searches side by side share one file."""
+    earlier = json.loads(path.read_text())["results"] if path.exists() else []
+    path.write_text(json.dumps(document | {"results": [*earlier, run]}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
