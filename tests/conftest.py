@@ -165,7 +165,9 @@ def make_model(seed: int = 0, attn_implementation: str = "eager", **overrides):
     return VanillaTransformerForConditionalGeneration(config).eval()
 
 
-def word_budget_trainer(output_dir, max_tokens: int, pairs: int = 64, callbacks=(), trainer_options=None, **arguments):
+def word_budget_trainer(
+    output_dir, max_tokens: int, pairs: int = 64, callbacks=(), trainer_options=None, dropout: float = 0.0, **arguments
+):
     """A `TokenBudgetSeq2SeqTrainer` of a tiny model on `pairs` synthetic pairs (2 to 7 tokens and an end of
     sequence), every update logged, no checkpoint but those asked for: what the schedule tests train."""
     from datasets import Dataset
@@ -178,7 +180,7 @@ def word_budget_trainer(output_dir, max_tokens: int, pairs: int = 64, callbacks=
     lengths = list(map(len, rows))
     data = Dataset.from_dict({"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths})
     torch.manual_seed(0)
-    model = make_model(dropout=0.0, vocab_size=48)
+    model = make_model(dropout=dropout, vocab_size=48)
     settings = {"use_cpu": True, "report_to": [], "logging_steps": 1, "save_strategy": "no", "disable_tqdm": True}
     args = Seq2SeqTrainingArguments(output_dir=str(output_dir), seed=3, **settings, **arguments)
     return TokenBudgetSeq2SeqTrainer(

@@ -5,10 +5,17 @@ import json
 import math
 
 import pytest
-from transformers import Seq2SeqTrainingArguments
+import torch
+from transformers import Seq2SeqTrainingArguments, TrainerCallback
 
 from hf_vanilla.training.averaging import average_checkpoints, last_checkpoints
-from hf_vanilla.training.budget import CLOCK_FILE, TrainingBudget, budget_lr_factor, uses_budget_schedule
+from hf_vanilla.training.budget import (
+    CLOCK_FILE,
+    BudgetDropout,
+    TrainingBudget,
+    budget_lr_factor,
+    uses_budget_schedule,
+)
 
 from .conftest import StopAt, make_model, word_budget_trainer
 
@@ -76,7 +83,7 @@ class FakeClock:
         return self.now
 
 
-def budget_trainer(output_dir, monkeypatch, callbacks=()):
+def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, dropout_min_epochs=None):
     from hf_vanilla.training import budget
 
     monkeypatch.setattr(budget, "monotonic", FakeClock())
@@ -84,7 +91,8 @@ def budget_trainer(output_dir, monkeypatch, callbacks=()):
         output_dir,
         max_tokens=64,
         callbacks=callbacks,
-        trainer_options={"max_train_minutes": 1, "decay_saves": 4},
+        dropout=dropout,
+        trainer_options={"max_train_minutes": 1, "decay_saves": 4, "dropout_min_epochs": dropout_min_epochs},
         max_steps=1000,  # the 60-second budget ends the run first
         learning_rate=1e-3,
         lr_scheduler_type="warmup_stable_decay",
@@ -124,6 +132,84 @@ def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeyp
     assert learning_rates(resumed) == pytest.approx(rates)  # the checkpoint's history up to 25, then this session
     checkpoint = tmp_path / "part" / "checkpoint-60"
     assert json.loads((checkpoint / CLOCK_FILE).read_text())["train_seconds"] == 60.0
+
+
+@pytest.mark.parametrize(
+    ("step", "elapsed", "epoch", "expected"),
+    [
+        (200, 60, 0.84, 8.4),  # progress 0.1 by time (0.0667 by updates): 10 times the epochs so far
+        (200, 120, 0.84, 4.2),  # a machine half as fast
+        (200, 6, 0.84, 0.84 * 3000 / 200),  # progress by updates (200 of 3000) outruns the clock's
+    ],
+)
+def test_the_epochs_a_budget_buys(step, elapsed, epoch, expected):
+    deciding = BudgetDropout(budget_at(elapsed, max_steps=3000), dropout=0.1, min_epochs=6, decide_at=200)
+    assert deciding.budget_epochs(step, epoch, num_train_epochs=3) == pytest.approx(expected)
+    assert BudgetDropout(TrainingBudget(), 0.1, 6, 200).budget_epochs(step, epoch, num_train_epochs=3) == 3
+
+
+def test_set_dropout_is_the_dropout_the_model_was_built_with():
+    from hf_vanilla.training.budget import set_dropout
+
+    ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 1).long(), "labels": ids}
+
+    def train_mode_logits(model):
+        torch.manual_seed(7)
+        return model.train()(**batch).logits
+
+    built = make_model(dropout=0.3, vocab_size=48)
+    changed = make_model(dropout=0.0, vocab_size=48)
+    set_dropout(changed, 0.3)
+    assert changed.config.dropout == 0.3
+    torch.testing.assert_close(train_mode_logits(changed), train_mode_logits(built), rtol=0, atol=0)
+    set_dropout(built, 0.0)  # every site at 0: training mode computes what evaluation does
+    with torch.no_grad():
+        torch.testing.assert_close(train_mode_logits(built), built.eval()(**batch).logits)
+
+
+class DropoutRecorder(TrainerCallback):
+    """The residual dropout each update trained with."""
+
+    def __init__(self):
+        self.dropout: dict[int, float] = {}
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.dropout[state.global_step + 1] = model.model.encoder.layers[0].dropout
+
+
+@pytest.mark.parametrize("margin", [-0.01, 0.01])
+def test_dropout_follows_the_epochs_the_budget_buys_through_a_resume(tmp_path, monkeypatch, margin):
+    # One second an update, a 60-second budget: 60 updates, decided at the warmup's end (update 10), where the
+    # progress is 1/6, so the budget buys 6 times the epochs of the first 10 updates.
+    probe = budget_trainer(tmp_path / "probe", monkeypatch, [StopAt(10)])
+    probe.train()
+    min_epochs = 6 * probe.state.epoch + margin  # just below what the budget buys keeps dropout; just above drops it
+    expected = 0.1 if margin < 0 else 0.0
+
+    recorder = DropoutRecorder()
+    whole = budget_trainer(tmp_path / "whole", monkeypatch, [recorder], dropout=0.1, dropout_min_epochs=min_epochs)
+    whole.train()
+    assert whole.state.global_step == 60
+    assert {step: recorder.dropout[step] for step in (1, 10, 11, 60)} == {1: 0.0, 10: 0.0, 11: expected, 60: expected}
+    assert whole.model.config.dropout == expected
+
+    stopped = budget_trainer(tmp_path / "part", monkeypatch, [StopAt(25)], dropout=0.1, dropout_min_epochs=min_epochs)
+    stopped.train()
+    recorder = DropoutRecorder()
+    resumed = budget_trainer(tmp_path / "part", monkeypatch, [recorder], dropout=0.1, dropout_min_epochs=min_epochs)
+    resumed.train(resume_from_checkpoint=True)  # decided again as it begins, from the checkpoint's clock and epoch
+    assert resumed.state.global_step == 60
+    assert set(recorder.dropout.values()) == {expected} and min(recorder.dropout) == 26
+
+
+def test_dropout_min_epochs_refuses_another_model(tmp_path):
+    from transformers import MarianConfig, MarianMTModel
+
+    trainer = word_budget_trainer(tmp_path, max_tokens=64)
+    trainer.model = MarianMTModel(MarianConfig(vocab_size=48, pad_token_id=0, decoder_start_token_id=0, d_model=16))
+    with pytest.raises(ValueError, match="this model is a marian. Drop dropout_min_epochs"):
+        trainer.budget_dropout(6)
 
 
 def write_checkpoint(folder, model, progress: float, decay_start: float) -> None:

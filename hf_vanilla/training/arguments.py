@@ -84,6 +84,14 @@ class RecipeArguments:
             "lr_scheduler_type warmup_stable_decay then decays the learning rate to it"
         },
     )
+    dropout_min_epochs: float | None = field(
+        default=None,
+        metadata={
+            "help": "keep the model's dropout only if the budget (max_train_minutes, max_steps) buys at least this "
+            "many epochs, judged at the end of warmup; a shorter run trains without it (it underfits: dropout only "
+            "slows it)"
+        },
+    )
     detect_source_neglect: bool = field(
         default=True,
         metadata={"help": "measure eval_source_use at every evaluation and warn when the model ignores its source"},

@@ -26,6 +26,8 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import TrainerCallback
 
+from ..modeling_vanilla import VanillaResidualLayer, VanillaStack
+
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,61 @@ class TrainingBudget(TrainerCallback):
         """Record the clock in a checkpoint being written."""
         clock = {"train_seconds": self.elapsed, "progress": self.progress(step), "decay_start": self.decay_start()}
         (folder / CLOCK_FILE).write_text(json.dumps(clock, indent=1))
+
+
+class BudgetDropout(TrainerCallback):
+    """Keeps the model's dropout only for a budget that buys at least `min_epochs` passes over the training data.
+
+    A run of a few epochs underfits, and dropout only slows it; a run of many overfits without it. Which of the two a
+    time budget is depends on the machine, so the budget's progress decides, at the end of warmup: the epochs it buys
+    are the epochs trained so far over the progress made. Until then, and for a shorter budget, the run trains
+    without dropout; the model's config records the dropout it trained with. A resumed session decides again as it
+    begins, from the checkpoint's clock and epoch, so every session of a run (and every process: they read one clock)
+    makes the same choice."""
+
+    def __init__(self, budget: TrainingBudget, dropout: float, min_epochs: float, decide_at: int):
+        if min_epochs <= 0:
+            raise ValueError(f"dropout_min_epochs must be positive, got {min_epochs}.")
+        self.budget, self.dropout, self.min_epochs = budget, dropout, min_epochs
+        # A step where every process has the main process's clock (`CLOCK_SYNC_UPDATES`).
+        self.decide_at = max(CLOCK_SYNC_UPDATES, math.ceil(decide_at / CLOCK_SYNC_UPDATES) * CLOCK_SYNC_UPDATES)
+        self.decided = False
+
+    def budget_epochs(self, step: int, epoch: float, num_train_epochs: float) -> float:
+        """The epochs the whole budget buys, as update `step` (at `epoch`) sees it; a run without a time or update
+        budget trains its `num_train_epochs`."""
+        progress = self.budget.progress(step)
+        return epoch / progress if progress > 0 else num_train_epochs
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.decided = False
+        if state.global_step >= self.decide_at:  # a resume past the decision
+            self.decide(args, state, model)
+        else:
+            set_dropout(model, 0.0)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if not self.decided and state.global_step >= self.decide_at:
+            self.decide(args, state, model)
+
+    def decide(self, args, state, model) -> None:
+        self.decided = True
+        epochs = self.budget_epochs(state.global_step, state.epoch or 0.0, args.num_train_epochs)
+        dropout = self.dropout if epochs >= self.min_epochs else 0.0
+        set_dropout(model, dropout)
+        logger.warning(
+            "At update %d the budget buys about %.1f epochs (dropout_min_epochs %g): dropout %g from here on.",
+            state.global_step, epochs, self.min_epochs, dropout,
+        )  # fmt: skip
+
+
+def set_dropout(model: torch.nn.Module, dropout: float) -> None:
+    """Sets `model`'s dropout (`config.dropout`: each sub-layer's output and the embedding sums) in its config and in
+    every module that applies it."""
+    model.config.dropout = dropout
+    for module in model.modules():
+        if isinstance(module, (VanillaResidualLayer, VanillaStack)):
+            module.dropout = dropout
 
 
 def read_clock(checkpoint: str | Path) -> dict | None:

@@ -249,6 +249,7 @@ def build_trainer(
         measure_source_use=recipe.detect_source_neglect,
         max_train_minutes=recipe.max_train_minutes,
         decay_saves=recipe.average_last,
+        dropout_min_epochs=recipe.dropout_min_epochs,
     )
 
 

@@ -26,7 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler, refuse_split_batches
-from .budget import TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
+from .budget import BudgetDropout, TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
@@ -74,6 +74,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         measure_source_use: bool = True,
         max_train_minutes: float | None = None,
         decay_saves: int = 0,
+        dropout_min_epochs: float | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -81,6 +82,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves)
         self.add_callback(self.budget)
+        if dropout_min_epochs is not None:
+            self.add_callback(self.budget_dropout(dropout_min_epochs))
         self.made_budget_schedule = False
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
@@ -94,6 +97,18 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.label_smoother = None
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
+
+    def budget_dropout(self, min_epochs: float) -> BudgetDropout:
+        """The callback that keeps the model's dropout only for a budget of at least `min_epochs` epochs, deciding at
+        the end of warmup (after the budget's own callback, whose clock it reads)."""
+        if not isinstance(self.model.config, VanillaTransformerConfig):
+            raise ValueError(
+                "dropout_min_epochs sets a vanilla_transformer's dropout; this model is a "
+                f"{self.model.config.model_type}. Drop dropout_min_epochs."
+            )
+        warmup = self.args.warmup_steps
+        decide_at = int(warmup) if warmup >= 1 else 0  # a warmup ratio: decided at the first synchronised update
+        return BudgetDropout(self.budget, self.model.config.dropout, min_epochs, decide_at)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # The same loss and normalisation as the library's `LabelSmoother`; in training a chunk of positions at a time,
