@@ -42,7 +42,7 @@ ARMS = {
     "wsd-ls0": [*WSD, "--label_smoothing_factor", "0"],
     "wsd-dropout0": WSD,
     "wsd-decay1.0": [*WSD, "--lr_scheduler_kwargs", '{"decay_share": 1.0}'],
-    # The recipe as configs/quickstart.yaml has it, and its dropout.
+    # The recipe as configs/quickstart.yaml has it at the commit that runs the arm, and its preset's dropout.
     "recipe": [],
     "recipe-dropout0.05": [],
     "recipe-dropout0.1": [],
@@ -113,7 +113,7 @@ def search_table(results: list[dict]) -> str:
     rows = [
         [budget(run), run["arm"], str(run["seed"]), str(run["updates"]), f"{run['validation_bleu']:.2f}",
          f"{run['validation_bleu_last']:.2f}", f"{run['validation_bleu_averaged'] or 0:.2f}", run["final_weights"],
-         f"`{run['options']}`"]
+         f"`{run['options'].strip() or 'the recipe as its commit has it'}`"]
         for run in ordered
     ]  # fmt: skip
     header = ["budget", "arm", "seed", "updates", "validation BLEU", "last", "averaged", "kept", "options"]

@@ -350,6 +350,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "quickstart-budgets": render_quickstart_budgets,
     "cpu-processes": render_cpu_processes,
     "budget-search": render_budget_search,
+    "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "test-command": render_test_command,
     "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,
