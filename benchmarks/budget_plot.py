@@ -35,9 +35,10 @@ def main() -> None:
             minutes = [point["step"] / run["updates"] * run["train_wall_s"] / 60 for point in run["validation"]]
             bleu = [point["eval_bleu"] for point in run["validation"]]
             label = runs[0]["commit"][:7] if index == 0 else None  # the recipe: its file's first run's commit
-            axis.plot(minutes, bleu, style_of[run["minutes"]], color=colour, marker=".", alpha=0.8, label=label)
+            style = style_of[run["minutes"]]
+            axis.plot(minutes, bleu, linestyle=style, color=colour, marker=".", alpha=0.8, label=label)
     styles = ", ".join(f"{minutes:g} min {STYLE_NAMES[style]}" for minutes, style in style_of.items())
-    axis.set_xlabel(f"training minutes (budgets: {styles})")
+    axis.set_xlabel(f"training minutes\n(budgets: {styles})")
     axis.set_ylabel("validation BLEU (greedy, 200 sentences)")
     axis.grid(alpha=0.3)
     axis.legend(title="recipe (commit)")
