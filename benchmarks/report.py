@@ -348,6 +348,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "marian-base-cuda": functools.partial(render_marian, "marian-base-cuda.json"),
     "quickstart-bf16": render_quickstart_bf16,
     "quickstart-budgets": render_quickstart_budgets,
+    "quickstart-budgets-d9b3b48": functools.partial(render_quickstart_budgets, ("quickstart-d9b3b48-cpu.json",)),
     "cpu-processes": render_cpu_processes,
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
