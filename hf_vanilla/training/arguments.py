@@ -76,6 +76,14 @@ class RecipeArguments:
         metadata={"help": "set the peak learning rate by the paper's formula: scale * d_model^-0.5 * warmup^-0.5"},
     )
     average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
+    final_weights: str = field(
+        default="better",
+        metadata={
+            "help": "with --average_last: 'better' keeps the better of the average and the last weights by validation "
+            "BLEU; 'averaged' keeps the average, as fairseq's checkpoint averaging is used",
+            "choices": ["better", "averaged"],
+        },
+    )
     early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
     max_train_minutes: float | None = field(
         default=None,
@@ -99,6 +107,9 @@ class RecipeArguments:
     bleu_tokenize: str = field(default="13a", metadata={"help": "sacreBLEU tokenizer; 'none' for pre-tokenized"})
     bleu_lowercase: bool = False
     test_num_beams: int = field(default=4, metadata={"help": "beam size for the final test evaluation"})
+    test_length_penalty: float | None = field(
+        default=None, metadata={"help": "length penalty of the test's beam search (default: the model's, 0.6)"}
+    )
     extra_target_tokens: int = field(default=50, metadata={"help": "generation budget: longest source + this"})
     translate_examples: int = field(default=3, metadata={"help": "test sentences printed with translations"})
 

@@ -287,10 +287,10 @@ def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path)
     return trained
 
 
-def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path) -> dict:
+def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path, rule: str = "better") -> dict:
     """Keep the better of the last weights and the averaged ones (`<output_dir>/averaged`, if averaging wrote it) by
-    validation BLEU, said in one line with both scores; returns which and the scores. Never the test split: the
-    choice is part of training."""
+    validation BLEU, or the averaged ones whatever they score (`rule="averaged"`), said in one line with both scores;
+    returns which and the scores. Never the test split: the choice is part of training."""
     trainer.accelerator.wait_for_everyone()  # the main process has written the average
     if not (output_dir / "averaged").is_dir():
         return {"final_weights": "last"}
@@ -298,7 +298,7 @@ def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path) -
     scores = {"last": trainer.evaluate(metric_key_prefix="final_last")["final_last_bleu"]}
     trainer.model.load_state_dict(load_model(output_dir / "averaged").state_dict())
     scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")["final_averaged_bleu"]
-    chosen = "averaged" if scores["averaged"] >= scores["last"] else "last"
+    chosen = "averaged" if rule == "averaged" or scores["averaged"] >= scores["last"] else "last"
     if chosen == "last":
         trainer.model.load_state_dict(last)
     logger.warning(
@@ -313,7 +313,10 @@ def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path) -
 def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData):
     """The test split translated with beam search by the final weights (on every rank)."""
     return trainer.predict(
-        data.tokenized.splits["test"], num_beams=recipe.test_num_beams, max_length=trainer.args.generation_max_length
+        data.tokenized.splits["test"],
+        num_beams=recipe.test_num_beams,
+        max_length=trainer.args.generation_max_length,
+        **({} if recipe.test_length_penalty is None else {"length_penalty": recipe.test_length_penalty}),
     )
 
 
@@ -364,7 +367,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(TimeBudgetProgressCallback(recipe.max_train_minutes))
     trained = train(trainer, callbacks, output_dir)
-    final = choose_final_weights(trainer, output_dir)
+    final = choose_final_weights(trainer, output_dir, recipe.final_weights)
     test = translate_test_split(trainer, recipe, data)
     scores = {
         **test.metrics,
