@@ -4,6 +4,7 @@ Byte-level BPE: every string is representable (no unknown tokens) and decoding g
 nothing is normalised away. `</s>` is appended to every sequence, sources and targets alike (`text_target=`).
 """
 
+import copy
 import re
 from collections.abc import Iterable
 from itertools import chain
@@ -61,6 +62,19 @@ def plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer | None:
     if type(tokenizer) is PreTrainedTokenizerFast and backend.padding is None and backend.truncation is None:
         return backend
     return None
+
+
+def without_call_state(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """`tokenizer` without the padding and truncation that a `__call__` leaves set on its Rust backend: a copy where
+    either is set, else `tokenizer` itself. Every call sets its own, so they decide no ids; a cache keyed by the
+    tokenizer, or an encoder picked by it, must not depend on how it was called before."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or (backend.padding is None and backend.truncation is None):
+        return tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.backend_tokenizer.no_padding()
+    tokenizer.backend_tokenizer.no_truncation()
+    return tokenizer
 
 
 # The pattern that `pre_tokenizers.ByteLevel(use_regex=True)` splits words with (GPT-2's, in tokenizers' byte_level.rs:

@@ -1,6 +1,7 @@
 """The corpus tokenized once into an on-disk cache, the BPE learnt from a sample, and token-budget batches split
 between processes: each against the tokenizer itself, a plain reference loop, or Accelerate's own sharding."""
 
+import copy
 import os
 
 import datasets
@@ -52,6 +53,23 @@ def test_a_second_run_opens_the_cache_and_a_change_of_limit_or_data_builds_anoth
     fewer = datasets.DatasetDict({**corpus, "train": corpus["train"].select(range(100))})
     assert tokenize_corpus(fewer, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1).built
     assert not list(tmp_path.glob("tokenized/*/tmp*")), "nothing half-written is left behind"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [{"padding": True}, {"truncation": True, "max_length": 5}, {"padding": "max_length", "max_length": 40}],
+    ids=["padding", "truncation", "max_length"],
+)
+def test_a_tokenizer_called_with_padding_or_truncation_opens_the_cache_a_fresh_one_built(
+    corpus, small_tokenizer, tmp_path, call
+):
+    fresh = tokenize_corpus(corpus, small_tokenizer, max_length=30, cache_dir=tmp_path, num_workers=1)
+    used = copy.deepcopy(small_tokenizer)
+    used(["A dog runs.", "Two dogs run in the snow."], **call)  # leaves the call's settings on the Rust backend
+    assert used.backend_tokenizer.padding is not None or used.backend_tokenizer.truncation is not None
+    again = tokenize_corpus(corpus, used, max_length=30, cache_dir=tmp_path, num_workers=1)
+    assert not again.built and again.path == fresh.path
+    assert again.splits["train"]["input_ids"] == fresh.splits["train"]["input_ids"]
 
 
 def test_two_worker_processes_give_the_same_cache_as_one(corpus, small_tokenizer, tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ import tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..data import cache_key, datasets_cache_dir, file_stamp
-from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer
+from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer, without_call_state
 from .cache_entries import (
     MANIFEST,
     check_corpus_files,
@@ -240,6 +240,7 @@ def tokenize_corpus(
     built or checked, so for them it is an error, and they delete nothing). Other `OSError`s (permissions, a stale
     NFS handle, a full disk) propagate, naming the folder: building again would not mend them. A disk that fills up
     while building raises naming the folder and the space to free, and leaves nothing half-written behind."""
+    tokenizer = without_call_state(tokenizer)  # the key and the encoder as a freshly loaded tokenizer has them
     key = cache_key(
         format=CACHE_FORMAT,
         corpus={split: dataset_identity(dataset) for split, dataset in corpus.items()},
