@@ -1,5 +1,6 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
+import copy
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -236,9 +237,34 @@ def train_small_tokenizer():
     return train_bpe_tokenizer(lines, vocab_size=400, show_progress=False)
 
 
+@pytest.fixture
+def own(tmp_path_factory) -> Callable:
+    """`own(value)`: this test's own copy of what a fixture of a wider scope built once, so that no test sees what
+    another did to it (a tokenizer keeps the padding of its last call, a model its mode and generation config, a folder
+    what was written into it): a folder (`Path`) is copied into a temporary folder of its own (the test's `tmp_path`
+    stays empty), tuples, lists and dicts item by item, anything else deep-copied."""
+
+    def copy_of(value):
+        if isinstance(value, Path) and value.is_dir():
+            return Path(shutil.copytree(value, tmp_path_factory.mktemp("own") / value.name))
+        if isinstance(value, (tuple, list)):
+            return type(value)(map(copy_of, value))
+        if isinstance(value, dict):
+            return {key: copy_of(item) for key, item in value.items()}
+        return copy.deepcopy(value)
+
+    return copy_of
+
+
 @pytest.fixture(scope="session")
-def small_tokenizer():
+def trained_small_tokenizer():
+    """Built once a session, for fixtures of a wider scope to save; tests take `small_tokenizer`, their own copy."""
     return train_small_tokenizer()
+
+
+@pytest.fixture
+def small_tokenizer(trained_small_tokenizer, own):
+    return own(trained_small_tokenizer)
 
 
 REVERSAL_VOCAB = 24
@@ -326,14 +352,19 @@ def reversal_model_folder(request, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reversal_model(reversal_model_folder):
-    """A model that reverses every source: for comparing exports, engines and decoding paths on meaningful output."""
+def loaded_reversal_model(reversal_model_folder):
     from benchmarks.synthetic import word_level_tokenizer
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(
         reversal_model_folder, attn_implementation="eager"
     )
     return model.eval(), word_level_tokenizer(REVERSAL_VOCAB)
+
+
+@pytest.fixture
+def reversal_model(loaded_reversal_model, own):
+    """A model that reverses every source: for comparing exports, engines and decoding paths on meaningful output."""
+    return own(loaded_reversal_model)
 
 
 def unsure_model():
@@ -362,9 +393,14 @@ def unsure_model():
 
 
 @pytest.fixture(scope="session")
-def unsure_reversal_model():
-    """A model whose every token is uncertain, so that a length penalty reorders its n-best."""
+def built_unsure_model():
     return unsure_model()
+
+
+@pytest.fixture
+def unsure_reversal_model(built_unsure_model, own):
+    """A model whose every token is uncertain, so that a length penalty reorders its n-best."""
+    return own(built_unsure_model)
 
 
 def export_reversal_model(model_folder: Path) -> Callable[[Path], None]:
@@ -393,17 +429,19 @@ EXPORT_ENGINES = ["onnx", "ctranslate2"] + (["openvino"] if importlib.util.find_
 
 
 @pytest.fixture(scope="session")
-def reversal_exports(request, reversal_model_folder, tmp_path_factory) -> dict[str, Path]:
-    """The reversal model's folders by engine: "pytorch" (the model and its tokenizer), and its exports. Each session
-    gets a copy of the build cache's, so a test that writes into one cannot change what later runs read."""
+def built_reversal_exports(request, reversal_model_folder, tmp_path_factory) -> Path:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
-    built = built_once(
+    return built_once(
         request.config, tmp_path_factory, "reversal-exports", export_reversal_model(reversal_model_folder)
     )
-    folder = tmp_path_factory.mktemp("reversal")
-    shutil.copytree(built, folder, dirs_exist_ok=True)
-    return {engine: folder / engine for engine in ("pytorch", *EXPORT_ENGINES)}
+
+
+@pytest.fixture
+def reversal_exports(built_reversal_exports, own) -> dict[str, Path]:
+    """The reversal model's folders by engine: "pytorch" (the model and its tokenizer), and its exports, copied for
+    the test alone, so that one that writes into one changes nothing another test or a later run reads."""
+    return {engine: own(built_reversal_exports / engine) for engine in ("pytorch", *EXPORT_ENGINES)}
 
 
 # Translates with a saved folder through remote code only: argv folder, JSON list of sources and optionally the task

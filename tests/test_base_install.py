@@ -38,14 +38,19 @@ def without_extras(code: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def saved_model(tmp_path_factory, small_tokenizer):
+def built_model(tmp_path_factory, trained_small_tokenizer):
     folder = tmp_path_factory.mktemp("base") / "model"
-    tokenizer = small_tokenizer
+    tokenizer = trained_small_tokenizer
     make_model(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                bos_token_id=tokenizer.bos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
                unk_token_id=tokenizer.unk_token_id).save_pretrained(folder)  # fmt: skip
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def saved_model(built_model, own):
+    return own(built_model)
 
 
 def test_translate_pipeline_and_env_run_without_the_extras(saved_model, tmp_path):

@@ -90,8 +90,13 @@ def test_a_full_disk_names_the_folder_and_the_space_and_keeps_nothing(tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def corpus():
+def loaded_corpus():
     return load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 50, "test": 50})
+
+
+@pytest.fixture
+def corpus(loaded_corpus, own):
+    return own(loaded_corpus)
 
 
 def break_arrow_metadata(path: Path) -> None:

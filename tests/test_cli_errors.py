@@ -16,16 +16,21 @@ def hf_vanilla(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module")
-def places(tmp_path_factory, small_tokenizer):
+def built_places(tmp_path_factory, trained_small_tokenizer):
     folder = tmp_path_factory.mktemp("cli")
     (folder / "wrong_shape").mkdir()
     (folder / "wrong_shape" / "notes.txt").write_text("no parallel data here")
     from .conftest import make_model
 
     make_model(vocab_size=61).save_pretrained(folder / "model")  # 61 ids: fewer than the tokenizer's 400
-    small_tokenizer.save_pretrained(folder / "tokenizer")
+    trained_small_tokenizer.save_pretrained(folder / "tokenizer")
     (folder / "source.txt").write_text("A dog.\n")
     return folder
+
+
+@pytest.fixture
+def places(built_places, own):
+    return own(built_places)
 
 
 CASES = {

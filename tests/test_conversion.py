@@ -99,7 +99,7 @@ def test_folder_conversion_keeps_tokenizer_files(tmp_path, marian_batch):
 
 
 @pytest.fixture(scope="module")
-def marian_tokenizer(tmp_path_factory):
+def trained_marian_tokenizer(tmp_path_factory):
     """A real MarianTokenizer: SentencePiece models trained here on 2000 Multi30k lines per side."""
     spm = pytest.importorskip("sentencepiece")
     from transformers import MarianTokenizer
@@ -129,6 +129,11 @@ def marian_tokenizer(tmp_path_factory):
     return MarianTokenizer(
         vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm")
     )
+
+
+@pytest.fixture
+def marian_tokenizer(trained_marian_tokenizer, own):
+    return own(trained_marian_tokenizer)
 
 
 def test_a_tokenizer_with_a_target_mode_encodes_targets_through_its_own_call(marian_tokenizer):

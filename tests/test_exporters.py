@@ -25,7 +25,7 @@ HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
 BACKENDS = ["onnx", pytest.param("openvino", marks=pytest.mark.skipif(not HAS_OPENVINO, reason="needs openvino"))]
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(params=BACKENDS)
 def exported(request, reversal_exports):
     """The reversal model exported by the command users run."""
     return reversal_exports[request.param]

@@ -16,8 +16,13 @@ from hf_vanilla.training.preprocessing import prepare_tokenizer, sample_sentence
 
 
 @pytest.fixture(scope="module")
-def corpus():
+def loaded_corpus():
     return load_parallel_corpus("multi30k", "en", "de", max_examples={"train": 3000, "validation": 100, "test": 100})
+
+
+@pytest.fixture
+def corpus(loaded_corpus, own):
+    return own(loaded_corpus)
 
 
 def test_tokenized_cache_holds_the_tokenizers_ids_in_16_bits_and_drops_only_long_training_pairs(

@@ -27,13 +27,18 @@ CARD = CardInfo(
 
 
 @pytest.fixture(scope="module")
-def published(small_tokenizer, tmp_path_factory):
+def built_hub_folder(trained_small_tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("hub")
-    model = make_model(seed=11, vocab_size=len(small_tokenizer), init_std=1.0)
+    model = make_model(seed=11, vocab_size=len(trained_small_tokenizer), init_std=1.0)
     model.generation_config.num_beams = 1  # publishing must restore the paper's decoding defaults
-    write_hub_folder(model, small_tokenizer, folder, CARD)
+    write_hub_folder(model, trained_small_tokenizer, folder, CARD)
     assert model.generation_config.num_beams == 1  # ... in the folder, leaving the caller's model as it was
-    return folder, model, small_tokenizer
+    return folder, model, trained_small_tokenizer
+
+
+@pytest.fixture
+def published(built_hub_folder, own):
+    return own(built_hub_folder)
 
 
 ROOT = Path(__file__).parents[1]

@@ -222,7 +222,7 @@ def test_tokenizers_the_word_cache_cannot_reproduce_go_through_the_tokenizer(sma
             assert PairEncoder(tokenizer, None).encode(texts, False) == tokenizer(texts)["input_ids"], name
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def translator_parts(small_tokenizer):
     model = make_model(seed=7, vocab_size=len(small_tokenizer), init_std=1.0)
     return model, small_tokenizer

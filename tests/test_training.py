@@ -305,7 +305,7 @@ def copy_batch(generator: torch.Generator, rows: int = 32) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def copy_training():
+def trained_copy_model():
     """A tiny model trained 300 updates to copy its source; returns it with its losses."""
     torch.manual_seed(0)
     model = make_model(vocab_size=16, dropout=0.0, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64).train()
@@ -323,6 +323,11 @@ def copy_training():
         schedule.step()
         losses.append(loss.item())
     return model.eval(), losses
+
+
+@pytest.fixture
+def copy_training(trained_copy_model, own):
+    return own(trained_copy_model)
 
 
 def test_tiny_model_learns_to_copy(copy_training):

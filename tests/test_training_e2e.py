@@ -41,12 +41,17 @@ def run(command: list[str], cwd: Path = ROOT, timeout: int = 600) -> subprocess.
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+def smoke_run_once(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The CI recipe run once by the command, with a data cache of its own (so the BPE and tokenizing run)."""
     work = tmp_path_factory.mktemp("smoke")
     output = work / "run"
     command = [*SMOKE_COMMAND, "--output_dir", str(output)]
     return output, run([*command, "--data_cache_dir", str(work / "data_cache")])
+
+
+@pytest.fixture
+def smoke_run(smoke_run_once, own) -> tuple[Path, subprocess.CompletedProcess]:
+    return own(smoke_run_once)
 
 
 @pytest.mark.slow
@@ -323,10 +328,15 @@ def train_worker(output: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_run(tmp_path_factory) -> dict:
+def uninterrupted_run_once(tmp_path_factory) -> dict:
     output = tmp_path_factory.mktemp("uninterrupted")
     assert train_worker(output).returncode == 0
     return json.loads((output / "rank0.json").read_text())
+
+
+@pytest.fixture
+def uninterrupted_run(uninterrupted_run_once, own) -> dict:
+    return own(uninterrupted_run_once)
 
 
 @pytest.mark.slow

@@ -20,13 +20,18 @@ LINES = ["Two children play.", "A woman in a red dress sings on a stage in front
 
 
 @pytest.fixture(scope="module")
-def saved_model(small_tokenizer, tmp_path_factory):
+def built_model(trained_small_tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("model")
     # Peaked, source-dependent outputs from a random model (see test_generation's fixture).
-    model = make_model(seed=7, vocab_size=len(small_tokenizer), init_std=1.0, qkv_init_gain=1.0)
+    model = make_model(seed=7, vocab_size=len(trained_small_tokenizer), init_std=1.0, qkv_init_gain=1.0)
     model.save_pretrained(folder)
-    small_tokenizer.save_pretrained(folder)
-    return folder, model, small_tokenizer
+    trained_small_tokenizer.save_pretrained(folder)
+    return folder, model, trained_small_tokenizer
+
+
+@pytest.fixture
+def saved_model(built_model, own):
+    return own(built_model)
 
 
 def test_batched_by_length_equals_one_by_one_in_input_order(saved_model):
