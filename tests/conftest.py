@@ -1,8 +1,6 @@
 """Tiny models built in-process: nothing is downloaded, every test runs in seconds on a CPU."""
 
 import copy
-import hashlib
-import importlib.metadata
 import importlib.util
 import math
 import os
@@ -17,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
 from transformers import TrainerCallback
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
@@ -26,6 +23,8 @@ from hf_vanilla.data import BUNDLED_CORPORA
 from hf_vanilla.modeling_vanilla import CACHE_FIELD
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
+
+from .build_cache import built_once
 
 
 def free_port() -> int:
@@ -75,58 +74,6 @@ def pytest_configure(config):
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# What a build in the cache depends on besides its name: our code, the test helpers that train and save, and the
-# libraries that compute, save and export (an absent one counts as a version of its own).
-BUILD_CODE = sorted(
-    [*(ROOT / "hf_vanilla").rglob("*.py"), ROOT / "tests" / "conftest.py", ROOT / "benchmarks" / "synthetic.py"]
-)
-BUILD_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "onnx", "onnxscript", "onnxruntime",
-                   "ctranslate2", "openvino")  # fmt: skip
-
-
-def build_key() -> str:
-    """A digest of the Python, the library versions and the code a cached build came from: any change, a new key."""
-    digest = hashlib.sha256(sys.version.encode())
-    for library in BUILD_LIBRARIES:
-        try:
-            digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
-        except importlib.metadata.PackageNotFoundError:
-            digest.update(f"{library} absent".encode())
-    for path in BUILD_CODE:
-        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def build_cache(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where builds are kept: pytest's cache folder (`.pytest_cache`, kept across runs of one checkout; `--cache-clear`
-    empties it), or without the cache plugin (`-p no:cacheprovider`) this run's temporary folder, which pytest-xdist's
-    workers share."""
-    if getattr(config, "cache", None) is not None:
-        return config.cache.mkdir("hf-vanilla-builds")
-    run_folder = tmp_path_factory.getbasetemp()
-    return run_folder.parent if os.environ.get("PYTEST_XDIST_WORKER") else run_folder
-
-
-def built_once(
-    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
-) -> Path:
-    """The folder `build` fills, built once for every pytest process with the same code and libraries: the first to
-    ask builds it under a lock while the others wait, and later runs reuse it while `build_key()` is unchanged. A
-    build of another key is removed, never reused; a build cut short leaves only a partial folder, built again."""
-    cache = build_cache(config, tmp_path_factory)
-    folder = cache / f"{name}-{build_key()}"
-    with FileLock(cache / f"{name}.lock"):
-        if not folder.is_dir():
-            for stale in cache.glob(f"{name}-*"):
-                shutil.rmtree(stale)
-            partial = cache / f"{name}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
-            build(partial)
-            partial.rename(folder)
-    return folder
-
-
 MULTI30K, _ = BUNDLED_CORPORA["multi30k"]  # shipped with the package: no test skips for lack of data
 
 TEST_CONFIG = dict(
