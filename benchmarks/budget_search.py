@@ -3,13 +3,12 @@
     python -m benchmarks.budget_search --updates 800 --arms wsd wsd-decay0.6 --json docs/results/budget-search-cpu.json
 
 Each arm is the README's main job (`configs/quickstart.yaml`) with some options changed, trained for `--minutes` of
-wall time or for `--updates` updates. A machine's speed drifts from one run to the next (the first arms here made 700
-to 854 updates in the same 5 minutes), so arms that cost the same per update compare best at equal updates: the
-count a budget buys on this machine (800 updates: about 5 minutes). Evaluation during training is off, so that every
-arm spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on the whole
-validation split (1014 sentences, greedy) and keeps the better: that score is the arm's. The test split is cut to 8
-sentences: nothing here looks at it. Arms run one after another, sharing the data cache; nothing else should share
-the machine. `--json` is rewritten after every run, adding to what it already holds.
+wall time or for `--updates` updates. A machine's speed drifts from one run to the next, so arms that cost the same per
+update compare best at equal updates: the count a budget buys on the machine. Evaluation during training is off, so
+that every arm spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on
+the whole validation split (greedy) and keeps the better: that score is the arm's. The test split is cut to 8
+sentences: nothing here looks at it. Arms run one after another, sharing the data cache; nothing else should share the
+machine. `--json` is rewritten after every run, adding to what it already holds.
 """
 
 import argparse

@@ -112,13 +112,12 @@ class WordCachedEncoder:
     binarizer and fastBPE look words up: for tokenizing a whole corpus with a byte-level BPE (`train_bpe_tokenizer`'s,
     GPT-2's, RoBERTa's), whose merges never cross the pre-tokenizer's words.
 
-    Why not the library alone: on one core, `encode_batch_fast` makes ~24k sentences/s, and the tokenizer's own
-    pre-tokenizer (`pre_tokenize_str`) alone ~36k, so a word cache behind it gains little (~28k); splitting with
-    Python's own regular expressions is what pays (`benchmarks/tokenize_speed.py`,
-    docs/results/tokenize-speed-cpu.json). So the words come from `BYTE_LEVEL_WORDS` run by `re`, and everything else
-    from the tokenizer's public pieces: a new word goes through `pre_tokenizer.pre_tokenize_str` (its byte-level form)
-    and `model.tokenize` (its ids), and the special tokens the post-processor adds around a sentence are read off its
-    output for an empty and a probe sentence.
+    Why not the library alone: the tokenizer's own pre-tokenizer (`pre_tokenize_str`) is itself most of
+    `encode_batch_fast`'s time, so a word cache behind it gains little; splitting with Python's own regular expressions
+    is what pays (`benchmarks/tokenize_speed.py`, docs/results/tokenize-speed-cpu.json). So the words come from
+    `BYTE_LEVEL_WORDS` run by `re`, and everything else from the tokenizer's public pieces: a new word goes through
+    `pre_tokenizer.pre_tokenize_str` (its byte-level form) and `model.tokenize` (its ids), and the special tokens the
+    post-processor adds around a sentence are read off its output for an empty and a probe sentence.
 
     `re` classes a character as a letter, a number, a space or other by Python's Unicode tables, the tokenizer's
     Oniguruma by its own, and they differ on some characters (`_`, `²`, recent assignments), so each new character is
@@ -128,8 +127,8 @@ class WordCachedEncoder:
     normalizer, another pre-tokenizer or model, BPE dropout, padding or truncation set). Ids identical to the
     tokenizer's: `tests/test_tokenizer_and_pipeline.py`, on real text, across Unicode and on tricky strings."""
 
-    # 128 MiB a worker, about what the earlier bound of 500k words held: at half of it, a corpus with a long tail of
-    # word types evicts words before their second use, and tokenizes 15% slower (docs/training.md, "Scale").
+    # 128 MiB a worker: a smaller bound lets a corpus with a long tail of word types evict words before their second
+    # use (docs/training.md, "Scale", measures it).
     def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], max_cached_bytes: int = 128 << 20):
         self.backend, self.prefix, self.suffix, self.max_cached_bytes = backend, prefix, suffix, max_cached_bytes
         self.words = re.compile(BYTE_LEVEL_WORDS)

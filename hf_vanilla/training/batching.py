@@ -15,9 +15,9 @@ def length_sorted_order(lengths: np.ndarray, seed: int) -> np.ndarray:
     corpus).
 
     Computed as one in-place sort of 64-bit keys (length << 32 | position in `shuffled`), which are unique, so the
-    order of ties is their position, as in the stable argsort. At 36M pairs the argsort's int64 result and radix
-    buffer peaked 756 MiB above its input, these keys 550 MiB (`tests/test_preprocessing.py` checks the order
-    against the argsort; the memory goal of a process at 36M pairs is 1.5 GiB in all)."""
+    order of ties is their position, as in the stable argsort, without the argsort's int64 result and radix buffer
+    beside them (`tests/test_preprocessing.py` checks the order against the argsort; docs/training.md, "Scale", has
+    the memory of a process at 36M pairs)."""
     if len(lengths) >= 2**32:
         raise ValueError(f"{len(lengths)} pairs: the sampler orders at most 2**32 pairs per process.")
     shuffled = np.arange(len(lengths), dtype=np.int32 if len(lengths) < 2**31 else np.int64)

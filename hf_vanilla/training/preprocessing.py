@@ -146,9 +146,9 @@ def ids_column(sequences: list[list[int]], dtype: np.dtype) -> pa.ListArray:
 
 class PairEncoder:
     """`Dataset.map`'s function over a batch of pairs: their token ids and lengths, without the pairs longer than
-    `max_length` tokens (if given). Our byte-level BPE goes through a `WordCachedEncoder` (4.9x `encode_batch_fast` on
-    one core, docs/results/tokenize-speed-cpu.json; each worker process gets its own copy, and its own cache), any
-    other tokenizer through `encode_texts`."""
+    `max_length` tokens (if given). Our byte-level BPE goes through a `WordCachedEncoder` (faster than
+    `encode_batch_fast`: docs/results/tokenize-speed-cpu.json; each worker process gets its own copy, and its own
+    cache), any other tokenizer through `encode_texts`."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None):
         self.tokenizer, self.max_length = tokenizer, max_length
