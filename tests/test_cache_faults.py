@@ -243,9 +243,10 @@ def test_a_lock_wait_past_the_timeout_names_the_process_that_holds_it(tmp_path, 
 
 # A preparer on a filesystem without flock (ENOLCK, as NFS without its lock daemon answers): "stall" stops inside
 # Dataset.map, with the entry's lock held and the build begun, as a job does when Slurm preempts or the OOM killer
-# kills it; "build" tokenizes. Prints what it did and the training labels' digest.
+# kills it; "freeze" stops there by SIGSTOP, as Ctrl-Z or a suspended job does, and goes on encoding once continued;
+# "build" tokenizes. Prints what it did and the training labels' digest.
 PREPARER = """
-import errno, fcntl, hashlib, sys, time
+import errno, fcntl, hashlib, os, signal, sys, time
 from pathlib import Path
 from transformers import AutoTokenizer
 from hf_vanilla.data import load_parallel_corpus
@@ -258,10 +259,15 @@ def no_flock(*args):  # from here on: the corpus's own `datasets` cache, read ab
     raise OSError(errno.ENOLCK, "No locks available")
 
 fcntl.flock = no_flock
-if mode == "stall":
+if mode in ("stall", "freeze"):
+    encode = preprocessing.PairEncoder.__call__
+
     def stall(self, batch):
         print("building", flush=True)
-        time.sleep(600)
+        if mode == "stall":
+            time.sleep(600)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return encode(self, batch)
 
     preprocessing.PairEncoder.__call__ = stall
 done = preprocessing.tokenize_corpus(corpus, tokenizer, 30, cache_dir=cache, num_workers=1)
@@ -307,21 +313,35 @@ def test_a_requeued_job_takes_over_the_lock_file_of_a_killed_preparer_and_builds
     assert first.split()[1] == second.split()[1] == digest, "nothing of the corpus was lost"
 
 
+def files_under(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in folder.rglob("*")
+    }
+
+
 @pytest.mark.slow
-def test_a_frozen_holder_loses_its_lock_file_once_its_lease_passes_without_a_refresh(small_tokenizer, tmp_path):
-    """A holder that stops refreshing (here SIGSTOPped; elsewhere a host gone from the network) keeps its lock file
-    only for the lease: the waiter then takes it over and builds."""
+def test_a_frozen_holder_superseded_after_its_lease_stops_without_touching_the_entry(small_tokenizer, tmp_path):
+    """A holder that stops refreshing (SIGSTOP, as Ctrl-Z or a suspended job) keeps its lock file only for the lease:
+    a waiter then takes it over and builds. Continued, the old holder finds its claim gone before it writes, and stops
+    with an error naming the takeover; the entry is as its successor left it, file for file."""
     small_tokenizer.save_pretrained(tmp_path / "tokenizer")
     lease = {"HF_VANILLA_CACHE_LOCK_LEASE": "3"}
-    frozen = preparer(tmp_path / "cache", tmp_path / "tokenizer", "stall", **lease)
+    frozen = preparer(tmp_path / "cache", tmp_path / "tokenizer", "freeze", **lease)
     try:
         assert frozen.stdout.readline().strip() == "building"
-        os.kill(frozen.pid, signal.SIGSTOP)
         waiter, log = finished(preparer(tmp_path / "cache", tmp_path / "tokenizer", "build", **lease))
         assert waiter.startswith("built") and f"from process {frozen.pid} on" in log
+        built = files_under(tmp_path / "cache" / "tokenized")
+        os.kill(frozen.pid, signal.SIGCONT)
+        _, stderr = frozen.communicate(timeout=120)
     finally:
         frozen.kill()
         frozen.wait()
+    assert frozen.returncode == 1 and "LockLost: The lock of the cache entry tokenized-" in stderr, stderr[-3000:]
+    assert "was taken over while this process held it" in stderr
+    assert files_under(tmp_path / "cache" / "tokenized") == built
+    opened, _ = finished(preparer(tmp_path / "cache", tmp_path / "tokenizer", "build", **lease))
+    assert opened == "opened " + waiter.split()[1]
 
 
 def test_the_size_estimate_of_a_full_disk_is_within_1_5x_of_the_built_cache(corpus, small_tokenizer, tmp_path):

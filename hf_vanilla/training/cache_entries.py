@@ -12,7 +12,10 @@
   own host and is gone (SIGKILLed, OOM-killed, preempted; its pid reused or the host restarted since), and from a
   holder on another host once no refresh came for the lease: a Slurm job requeued after its preparer was killed
   builds the entry instead of waiting out the timeout. The waiter that takes over says so in one line naming the old
-  holder. A `flock` is released by the kernel when its holder dies, so that case needs nothing of this.
+  holder. A `flock` is released by the kernel when its holder dies, so that case needs nothing of this. A holder
+  that was frozen past its lease (SIGSTOP, a suspended job) and then continues is not told by the lease itself, so
+  every holder checks its `Claim` (its line in `.holder`) before it writes, moves or removes anything of the entry,
+  its encoding workers before each batch: a superseded one stops (`LockLost`) and leaves the entry to its successor.
 - Manifest: a complete entry's files and their sizes, written last.
 - Repair: what a killed build left is removed; a file Arrow cannot parse is told apart from a fault of the system.
 """
@@ -23,9 +26,11 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -86,10 +91,40 @@ def seconds_from_environment(variable: str, default: float) -> float:
     return seconds
 
 
+class LockLost(RuntimeError):
+    """The lock of a cache entry was taken over while this process held it: it stops without touching the entry."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """This process's hold on a cache entry's lock, as its `.holder` file records it (a unique line). A process that a
+    lease's waiter took the lock over from (frozen past the lease by SIGSTOP, a suspended job, a host cut off) finds
+    another line there: `check` raises before the entry is written, moved or removed, so a resumed holder never writes
+    over what its successor builds. Plain data, so the workers a build forks check it too."""
+
+    holder: Path
+    line: str
+
+    def check(self) -> None:
+        """Raise `LockLost`, naming the process that holds the lock now, if this process no longer does."""
+        try:
+            now = self.holder.read_text()
+        except FileNotFoundError:
+            now = "no process"
+        if now != self.line:
+            raise LockLost(
+                f"The lock of the cache entry {self.holder.name.removesuffix('.lock.holder')} was taken over while "
+                f"this process held it (it was stopped longer than the {LOCK_LEASE_VARIABLE} lease); it is held by "
+                f"{now.strip()}. This process stops without touching the entry: run it again, and it opens what the "
+                "new holder builds."
+            )
+
+
 @contextlib.contextmanager
-def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
+def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[Claim]:
     """Hold the lock of the cache entry `<kind>/<key>`, saying so when another process holds it (it is building the
-    entry: this one waits, then opens what it wrote), and naming that process if the wait exceeds the timeout."""
+    entry: this one waits, then opens what it wrote), and naming that process if the wait exceeds the timeout. Yields
+    the `Claim` to check before each write."""
     path = cache_dir / "locks" / f"{kind}-{key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = path.with_name(path.name + ".holder")
@@ -113,12 +148,15 @@ def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[None]:
             "Took over the lock of the cache entry %s/%s in %s from %s, which stopped without releasing it.",
             kind, key, cache_dir, holder.read_text().strip(),
         )  # fmt: skip
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    claim = Claim(holder, f"process {os.getpid()} on {socket.gethostname()} since {since} ({secrets.token_hex(4)})\n")
     try:
-        since = time.strftime("%Y-%m-%d %H:%M:%S")
-        holder.write_text(f"process {os.getpid()} on {socket.gethostname()} since {since}\n")
-        yield
+        holder.write_text(claim.line)
+        yield claim
     finally:
-        holder.unlink(missing_ok=True)
+        with contextlib.suppress(LockLost):  # a successor's record stays
+            claim.check()
+            holder.unlink(missing_ok=True)
         lock.release()
 
 
@@ -173,9 +211,10 @@ def unreadable(folder: Path) -> str | None:
     return None
 
 
-def remove_temporary_files(folder: Path) -> None:
+def remove_temporary_files(folder: Path, claim: Claim) -> None:
     """`Dataset.map` writes each file under a temporary name in `folder`. Called with the entry's lock held, when no
     build is running: any such file was left by a build that was killed."""
+    claim.check()
     for path in folder.glob("tmp*"):
         path.unlink(missing_ok=True)
         logger.warning("Removed %s, left by a build that stopped.", path)

@@ -33,6 +33,7 @@ from ..data import cache_key, datasets_cache_dir, file_stamp
 from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer, without_call_state
 from .cache_entries import (
     MANIFEST,
+    Claim,
     check_corpus_files,
     entry_lock,
     is_arrow_read_error,
@@ -99,7 +100,7 @@ def prepare_tokenizer(
         return AutoTokenizer.from_pretrained(output_dir / "tokenizer")
     key = cache_key(format=CACHE_FORMAT, corpus=dataset_identity(train), vocab_size=vocab_size, sample=sample)
     folder = cache_dir / "tokenizers" / key
-    with entry_lock(cache_dir, "tokenizers", key):
+    with entry_lock(cache_dir, "tokenizers", key) as claim:
         if not (folder / "tokenizer.json").is_file():
             start = time.monotonic()
             tokenizer = train_bpe_tokenizer(
@@ -107,6 +108,7 @@ def prepare_tokenizer(
             )
             staging = folder.with_name(f"{folder.name}.incomplete-{os.getpid()}")
             tokenizer.save_pretrained(staging)
+            claim.check()
             shutil.rmtree(folder, ignore_errors=True)  # what a build killed before it was whole left there
             os.replace(staging, folder)
             logger.warning(
@@ -150,14 +152,16 @@ class PairEncoder:
     `encode_batch_fast`: docs/results/tokenize-speed-cpu.json; each worker process gets its own copy, and its own
     cache), any other tokenizer through `encode_texts`."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None):
-        self.tokenizer, self.max_length = tokenizer, max_length
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None, claim: Claim | None = None):
+        self.tokenizer, self.max_length, self.claim = tokenizer, max_length, claim
         self.id_type, self.length_type = id_type(tokenizer), smallest_unsigned(max_length)
         self.word_cache = WordCachedEncoder.for_tokenizer(tokenizer)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Encoded `ENCODE_ROWS` pairs at a time (what the per-sentence Python objects cost stays small) and returned
-        as one table, which `Dataset.map` writes as one record batch."""
+        as one table, which `Dataset.map` writes as one record batch. Under a `claim`, only while it holds."""
+        if self.claim is not None:
+            self.claim.check()
         starts = range(0, batch.num_rows, ENCODE_ROWS)
         pieces = [self.encode_piece(batch.slice(start, ENCODE_ROWS)) for start in starts]
         return pa.concat_tables(pieces) if pieces else self.encode_piece(batch)
@@ -249,7 +253,7 @@ def tokenize_corpus(
         max_length=max_length,
     )
     folder = cache_dir / "tokenized" / key
-    with entry_lock(cache_dir, "tokenized", key):
+    with entry_lock(cache_dir, "tokenized", key) as claim:
         try:
             problem = unreadable(folder)
             if problem is None:
@@ -262,7 +266,7 @@ def tokenize_corpus(
                             f"The tokenized cache {folder} is not complete (no {MANIFEST}), though the process that "
                             "prepares the data has just built it: did that process fail? Its log says why."
                         )
-                    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+                    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers, claim)
                 except (pa.ArrowInvalid, OSError) as error:
                     if not is_arrow_read_error(error):
                         raise
@@ -275,8 +279,9 @@ def tokenize_corpus(
                     "the next run build it again."
                 )
             logger.warning("The tokenized cache %s cannot be read (%s): building it again.", folder, problem)
+            claim.check()
             shutil.rmtree(folder)
-            return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers)
+            return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers, claim)
         except OSError as error:
             error.add_note(f"(building or opening the tokenized cache {folder})")
             raise
@@ -294,11 +299,11 @@ def open_listed(folder: Path, manifest: dict, corpus) -> TokenizedCorpus:
     return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built=False)
 
 
-def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, num_workers: int | None):
+def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, num_workers: int | None, claim: Claim):
     import datasets
 
     folder.mkdir(parents=True, exist_ok=True)
-    remove_temporary_files(folder)
+    remove_temporary_files(folder, claim)
     existing = set(os.listdir(folder))
     if MANIFEST not in existing:
         logger.warning("Building the tokenized cache %s.", folder)
@@ -314,7 +319,7 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
             splits[split] = (
                 dataset.with_format("arrow")
                 .map(
-                    PairEncoder(tokenizer, max_length if split == "train" else None),
+                    PairEncoder(tokenizer, max_length if split == "train" else None, claim),
                     batched=True,
                     batch_size=WRITER_BATCH_ROWS,
                     num_proc=workers if workers > 1 else None,
@@ -332,6 +337,7 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
         except OSError as error:
             if error.errno != errno.ENOSPC and "No space left" not in str(error):
                 raise
+            claim.check()
             shutil.rmtree(folder, ignore_errors=True)
             raise OSError(
                 errno.ENOSPC,
@@ -345,6 +351,7 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
     # written once, whole, renamed into place: other processes may be reading it
     staged = folder / f"{MANIFEST}.{os.getpid()}"
     sizes = {name: (folder / name).stat().st_size for name in sorted(files)}
+    claim.check()
     staged.write_text(json.dumps({"splits": listed, "sizes": sizes}))
     os.replace(staged, folder / MANIFEST)
     dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
