@@ -1,13 +1,12 @@
-"""Whole runs: the CI smoke recipe end to end, two processes under accelerate, and kill -> resume equality."""
+"""Whole runs: the CI smoke recipe end to end, two processes under accelerate, the WMT14 recipe on a look-alike
+(kills and resumes: test_training_kills.py)."""
 
 import csv
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla.data import load_parallel_corpus
 from hf_vanilla.training import TokenBudgetBatchSampler
-from hf_vanilla.training.budget import read_clock
 
 from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla
 from .test_example_scripts import OFFLINE_SACREBLEU, RUN_TRANSLATION, write_json_lines
@@ -320,103 +318,6 @@ def test_two_processes_tokenize_once_and_test_every_sentence_once(tmp_path):
     assert log.count("Trained a 600-entry BPE") == 1
     # Accelerate repeats test sentences to fill the last batch of every process; each is scored once.
     assert len((tmp_path / "run" / "test_translations.txt").read_text().splitlines()) == 9
-
-
-def train_worker(output: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(WORKER), str(output), "--max-steps", "12", "--save-steps", "4", *extra]
-    return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def uninterrupted_run_once(tmp_path_factory) -> dict:
-    output = tmp_path_factory.mktemp("uninterrupted")
-    assert train_worker(output).returncode == 0
-    return json.loads((output / "rank0.json").read_text())
-
-
-@pytest.fixture
-def uninterrupted_run(uninterrupted_run_once, own) -> dict:
-    return own(uninterrupted_run_once)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_at", [5, 8, 11])  # after a save; at a save step, before it saves; before the last
-def test_killed_run_resumes_to_the_same_weights(tmp_path, uninterrupted_run, kill_at):
-    killed = train_worker(tmp_path, "--kill-at", str(kill_at))
-    assert killed.returncode == -9, (kill_at, killed.stderr[-2000:])  # SIGKILL: no clean shutdown
-    assert not (tmp_path / "rank0.json").exists()
-    assert train_worker(tmp_path, "--resume").returncode == 0
-
-    resumed = json.loads((tmp_path / "rank0.json").read_text())
-    assert resumed["step"] == 12
-    assert resumed["weights"] == uninterrupted_run["weights"], f"killed at step {kill_at}"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_at", [8, 12])  # save steps: the kill lands between the weights and the optimizer
-def test_killed_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path, uninterrupted_run, kill_at):
-    killed = train_worker(tmp_path, "--kill-while-saving", str(kill_at))
-    assert killed.returncode == -9, (kill_at, killed.stderr[-2000:])
-    newest = max(int(folder.name.split("-")[1]) for folder in tmp_path.glob("checkpoint-*"))
-    assert newest == kill_at - 4  # the half-written checkpoint is not where a resume would look
-    assert train_worker(tmp_path, "--resume").returncode == 0
-
-    resumed = json.loads((tmp_path / "rank0.json").read_text())
-    assert resumed["step"] == 12
-    assert resumed["weights"] == uninterrupted_run["weights"], f"killed while saving step {kill_at}"
-    assert not (tmp_path / ".incomplete-checkpoints").exists()  # the leftover was cleared by the next save
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("term_at", [5, 10])  # not save steps: only the signal saves there
-def test_sigterm_saves_the_current_step_and_resumes_to_the_same_weights(tmp_path, uninterrupted_run, term_at):
-    stopped = train_worker(tmp_path, "--terminate-at", str(term_at))
-    assert stopped.returncode == 0, stopped.stderr[-2000:]
-    report = json.loads((tmp_path / "rank0.json").read_text())
-    assert report["stopped_by_sigterm_at"] == report["step"] == term_at
-    state = json.loads((tmp_path / f"checkpoint-{term_at}" / "trainer_state.json").read_text())
-    assert state["global_step"] == term_at  # nothing lost: the checkpoint holds the last finished update
-
-    assert train_worker(tmp_path, "--resume").returncode == 0
-    resumed = json.loads((tmp_path / "rank0.json").read_text())
-    assert resumed["step"] == 12 and resumed["stopped_by_sigterm_at"] is None
-    assert resumed["weights"] == uninterrupted_run["weights"], f"SIGTERM at step {term_at}"
-
-
-def logged_loss_steps(log: Path) -> list[int]:
-    """The update numbers of the training-loss rows in a run's log.csv (`step,epoch,name,value`)."""
-    return [int(row.split(",")[0]) for row in log.read_text().splitlines()[1:] if ",loss," in row]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cpu_processes", [1, 2])  # 2: the command starts itself twice, and forwards the signal
-def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_path, cpu_processes):
-    output = tmp_path / "run"
-    command = [*SMOKE_COMMAND, "--output_dir", str(output), "--data_cache_dir", str(tmp_path / "data_cache")]
-    command += ["--logging_steps", "1", "--eval_strategy", "no", "--average_last", "0", "--max_steps", "30"]
-    command += ["--cpu_processes", str(cpu_processes), "--max_train_minutes", "60"]
-    job = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = output / "log.csv"
-    deadline = time.monotonic() + 300
-    while not (log.exists() and len(logged_loss_steps(log)) >= 3):
-        assert job.poll() is None and time.monotonic() < deadline, "training ended before it could be signalled"
-        time.sleep(0.2)
-    job.send_signal(signal.SIGTERM)
-    _, stderr = job.communicate(timeout=300)
-    assert job.returncode == 143, stderr[-3000:]
-    assert "--resume_from_checkpoint last" in stderr
-    stopped_at = logged_loss_steps(log)[-1]
-    assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
-    assert not (output / "final").exists()  # it stopped; no test evaluation of a half-trained model
-    batching = json.loads((output / f"checkpoint-{stopped_at}" / "token_budget_batching.json").read_text())
-    assert (batching["processes"], batching["max_tokens"]) == (cpu_processes, 1024 // cpu_processes)
-    seconds_at_stop = read_clock(output / f"checkpoint-{stopped_at}")["train_seconds"]
-
-    run([*command, "--resume_from_checkpoint", "last"])
-    assert logged_loss_steps(log) == list(range(1, 31)), "every update is logged exactly once across the two runs"
-    scores = json.loads((output / "test_scores.json").read_text())
-    assert scores["global_step"] == 30 and f"; {cpu_processes} process(es);" in scores["hardware"]
-    assert read_clock(output / "checkpoint-30")["train_seconds"] > seconds_at_stop, "the clock went on from the stop"
 
 
 @pytest.mark.slow
