@@ -112,6 +112,18 @@ def test_smoke_recipe_tokenizer_train_evaluate_average_save_reload_translate(smo
 
 
 @pytest.mark.slow
+def test_a_run_in_the_folder_of_an_averaged_run_never_ships_that_average(smoke_run):
+    """The smoke run averaged its last 2 checkpoints; another run in the same folder, averaging none and with another
+    seed, keeps its own last weights, and the earlier average is gone rather than left beside them."""
+    output, _ = smoke_run
+    assert (output / "averaged").is_dir()
+    result = run([*SMOKE_COMMAND, "--output_dir", str(output), "--average_last", "0", "--seed", "7"])
+    scores = json.loads((output / "test_scores.json").read_text())
+    assert scores["final_weights"] == "last" and scores["seed"] == 7
+    assert not (output / "averaged").exists() and "an earlier run's average" in result.stderr
+
+
+@pytest.mark.slow
 def test_lr_scale_gives_the_papers_learning_rate_at_every_step(tmp_path):
     """§5.3, lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), against the rate the command's Trainer
     logged for each update. transformers' schedule, like fairseq's, gives update n the formula's rate at n - 1 (the

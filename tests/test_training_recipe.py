@@ -347,6 +347,19 @@ def test_average_command_writes_a_loadable_folder(tmp_path):
     assert torch.allclose(averaged.lm_head.weight, expected, atol=1e-7)
 
 
+def test_averaging_the_last_0_checkpoints_averages_none(tmp_path, capsys):
+    from hf_vanilla.commands import main
+    from hf_vanilla.training.averaging import last_checkpoints
+
+    for step in (5, 10):
+        make_model(seed=step).save_pretrained(tmp_path / f"checkpoint-{step}")
+    assert last_checkpoints(tmp_path, 0) == [] and len(last_checkpoints(tmp_path, 1)) == 1
+    with pytest.raises(SystemExit):
+        main(["average", "--from", str(tmp_path), "--last", "0", "--output", str(tmp_path / "avg")])
+    assert f"--last 0: average at least 1 checkpoint of {tmp_path}" in capsys.readouterr().err
+    assert not (tmp_path / "avg").exists()
+
+
 def test_averaging_refuses_different_models(tmp_path):
     make_model().save_pretrained(tmp_path / "a")
     make_model(decoder_layers=1).save_pretrained(tmp_path / "b")

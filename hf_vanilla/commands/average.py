@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> None:
     from ..training.averaging import average_checkpoints, last_checkpoints
 
     folders = list(args.checkpoints)
+    if args.run_dir and args.last < 1:
+        raise ValueError(f"--last {args.last}: average at least 1 checkpoint of {args.run_dir}")
     if args.run_dir:
         folders += last_checkpoints(args.run_dir, args.last)
     if not folders:

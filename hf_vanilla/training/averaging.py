@@ -27,7 +27,9 @@ def before_decay(checkpoint: Path) -> bool:
 def last_checkpoints(output_dir: str | Path, last_n: int) -> list[Path]:
     """The last `last_n` checkpoints of a run that averaging takes: of a run on the budget schedule, only those of the
     decay. Weights from before it, still at the peak learning rate, are worse than the decayed ones: averaged in,
-    they pull the mean back towards the stable phase."""
+    they pull the mean back towards the stable phase. None for `last_n` 0."""
+    if last_n <= 0:
+        return []
     return [folder for folder in checkpoint_folders(output_dir) if not before_decay(folder)][-last_n:]
 
 

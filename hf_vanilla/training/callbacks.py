@@ -4,6 +4,8 @@ averaging of the last checkpoints."""
 
 import csv
 import logging
+import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -246,6 +248,7 @@ class CheckpointAveragingCallback(TrainerCallback):
 
     def __init__(self, last_n: int, tokenizer: PreTrainedTokenizerBase | None = None):
         self.last_n, self.tokenizer = last_n, tokenizer
+        self.averaged: Path | None = None  # the folder this run's average went to, on the main process
 
     def on_train_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -256,6 +259,10 @@ class CheckpointAveragingCallback(TrainerCallback):
             return
         logger.warning("Averaging %d checkpoints: %s", len(folders), [folder.name for folder in folders])
         target = Path(args.output_dir) / "averaged"
-        average_checkpoints(folders).save_pretrained(target)
+        staging = target.with_name(f"{target.name}.incomplete-{os.getpid()}")  # whole or not there: renamed when done
+        average_checkpoints(folders).save_pretrained(staging)
         if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(target)
+            self.tokenizer.save_pretrained(staging)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+        self.averaged = target

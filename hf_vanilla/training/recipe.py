@@ -10,10 +10,12 @@ offline, CSV logs with a PNG of the curves, a wall-clock budget, and averaging o
 import logging
 import os
 import secrets
+import shutil
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accelerate.utils import broadcast, broadcast_object_list
 from transformers import (
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
@@ -287,16 +289,30 @@ def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path)
     return trained
 
 
-def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, output_dir: Path, rule: str = "better") -> dict:
-    """Keep the better of the last weights and the averaged ones (`<output_dir>/averaged`, if averaging wrote it) by
-    validation BLEU, or the averaged ones whatever they score (`rule="averaged"`), said in one line with both scores;
-    returns which and the scores. Never the test split: the choice is part of training."""
+def remove_stale_average(output_dir: Path, is_main_process: bool) -> None:
+    """An `averaged/` left in `output_dir` before this session trains is an earlier run's, or an earlier session's that
+    stopped: never this run's final weights. Removed by the main process, saying so."""
+    stale = output_dir / "averaged"
+    if is_main_process and stale.is_dir():
+        logger.warning("Removing %s: an earlier run's average (this run averages its own at its end).", stale)
+        shutil.rmtree(stale)
+
+
+def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, averaged: Path | None, rule: str = "better") -> dict:
+    """Keep the better of the last weights and the ones this run averaged into `averaged` (on the main process; None
+    where it did not average) by validation BLEU, or the averaged ones whatever they score (`rule="averaged"`), said in
+    one line with both scores; returns which and the scores. Never the test split: the choice is part of training.
+    Every rank follows the main process, and gets the averaged weights from it: on nodes that do not share the output
+    folder, only the main process's disk holds them."""
     trainer.accelerator.wait_for_everyone()  # the main process has written the average
-    if not (output_dir / "averaged").is_dir():
+    if not broadcast_object_list([averaged is not None])[0]:
         return {"final_weights": "last"}
     last = {name: weight.detach().clone() for name, weight in trainer.model.state_dict().items()}
     scores = {"last": trainer.evaluate(metric_key_prefix="final_last")["final_last_bleu"]}
-    trainer.model.load_state_dict(load_model(output_dir / "averaged").state_dict())
+    average = load_model(averaged).state_dict() if averaged is not None else {k: v.clone() for k, v in last.items()}
+    for weight in average.values():
+        broadcast(weight, from_process=0)
+    trainer.model.load_state_dict(average)
     scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")["final_averaged_bleu"]
     chosen = "averaged" if rule == "averaged" or scores["averaged"] >= scores["last"] else "last"
     if chosen == "last":
@@ -366,8 +382,10 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     trainer = build_trainer(recipe, training_args, data, model, callbacks)
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(TimeBudgetProgressCallback(recipe.max_train_minutes))
+    remove_stale_average(output_dir, trainer.is_world_process_zero())
     trained = train(trainer, callbacks, output_dir)
-    final = choose_final_weights(trainer, output_dir, recipe.final_weights)
+    averaging = next((c for c in callbacks if isinstance(c, CheckpointAveragingCallback)), None)
+    final = choose_final_weights(trainer, averaging and averaging.averaged, recipe.final_weights)
     test = translate_test_split(trainer, recipe, data)
     scores = {
         **test.metrics,
