@@ -105,6 +105,21 @@ def learning_rates(trainer) -> dict[int, float]:
     return {entry["step"]: entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry}
 
 
+def test_a_length_in_epochs_on_the_budget_schedule_decays_over_its_last_share(tmp_path):
+    """3 epochs and no max_steps nor time budget: the run's length is the epochs counted in updates, and its last
+    half decays linearly to zero, as the same run given that many updates as `max_steps` does."""
+    options = dict(learning_rate=1e-3, lr_scheduler_type="warmup_stable_decay", warmup_steps=2)
+    options["lr_scheduler_kwargs"] = {"decay_share": 0.5, "decay_type": "linear"}
+    by_epochs = word_budget_trainer(tmp_path / "epochs", max_tokens=64, num_train_epochs=3, **options)
+    by_epochs.train()
+    updates = by_epochs.state.global_step
+    by_updates = word_budget_trainer(tmp_path / "updates", max_tokens=64, max_steps=updates, **options)
+    by_updates.train()
+    rates = learning_rates(by_epochs)
+    assert rates == pytest.approx(learning_rates(by_updates))
+    assert rates[updates] < 0.2e-3 and rates[updates // 4] == pytest.approx(1e-3)  # decayed; the peak before
+
+
 def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeypatch):
     whole = budget_trainer(tmp_path / "whole", monkeypatch)
     whole.train()

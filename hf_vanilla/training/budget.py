@@ -62,7 +62,7 @@ class TrainingBudget(TrainerCallback):
             raise ValueError(f"decay_share must lie in [0, 1], got {decay_share}.")
         self.seconds = minutes * 60 if minutes else None
         self.decay_share, self.decay_saves = decay_share, decay_saves
-        self.max_steps = 0
+        self.max_steps = 0  # the run's length in updates (of its first size), set by the trainer with its schedule
         # What `max_steps` and the warmup count at an update: the update itself, unless the trainer counts updates of
         # the run's first size after a resume on another (`EpochPosition.schedule_step`).
         self.schedule_step: Callable[[int], int | float] = lambda step: step
@@ -104,7 +104,6 @@ class TrainingBudget(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.session_start = monotonic()
-        self.max_steps = max(args.max_steps, 0)  # a length in epochs ends by itself
 
     def on_step_end(self, args, state, control, **kwargs):
         if args.world_size == 1 or state.global_step % CLOCK_SYNC_UPDATES == 0:

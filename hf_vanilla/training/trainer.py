@@ -153,12 +153,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        if self.lr_scheduler is not None:
-            return super().create_scheduler(num_training_steps, optimizer)
         position = self.epoch_position  # None: a subclass's own loader, whose updates the schedule counts
         resized = position is not None and position.reference != position.sampler.batches_per_update
         if resized and self.args.max_steps <= 0:  # a length in epochs, which the library counted in this run's size
             num_training_steps = math.ceil(self.args.num_train_epochs * position.reference_updates_per_epoch())
+        # The budget's end in updates: `max_steps`, or a length in epochs counted in updates, so that the budget
+        # schedule decays over a run that gives its length in epochs too.
+        self.budget.max_steps = self.args.max_steps if self.args.max_steps > 0 else num_training_steps
+        if self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
         if uses_budget_schedule(self.args):
             kwargs = {k: v for k, v in (self.args.lr_scheduler_kwargs or {}).items() if k != "decay_share"}
             warmup = self.args.get_warmup_steps(num_training_steps)
