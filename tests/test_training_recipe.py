@@ -241,6 +241,20 @@ def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epo
     assert same.state.global_step == 4
 
 
+def test_a_resume_with_another_cpu_processes_count_is_refused_naming_it(tmp_path, monkeypatch):
+    """`cpu_processes: 2` ran the checkpoint as 2 processes of 40 tokens a batch (the launcher's --max_tokens 80 // 2);
+    one process of the whole 80 resumes it: refused in one line naming cpu_processes, never the --max_tokens the user
+    did not set."""
+    from hf_vanilla.training.launcher import CPU_PROCESSES_VARIABLE
+
+    monkeypatch.setenv(CPU_PROCESSES_VARIABLE, "2")
+    resumable_run(tmp_path).train()
+    monkeypatch.delenv(CPU_PROCESSES_VARIABLE)
+    with pytest.raises(ValueError, match="trained with cpu_processes 2 .* this run has cpu_processes 1") as refused:
+        resumable_run(tmp_path, max_tokens=80, max_steps=3).train(resume_from_checkpoint=True)
+    assert "--max_tokens" not in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_a_resume_with_other_accumulation_goes_on_in_the_global_order_and_says_how_updates_changed(tmp_path, caplog):
     resumable_run(tmp_path).train()  # 2 updates of 1 batch
     resumed = resumable_run(tmp_path, max_steps=3, gradient_accumulation_steps=2)

@@ -16,6 +16,11 @@ import torch
 from .arguments import launched_processes
 
 
+# Set for the processes `launch` starts: how many it started, which their checkpoints record (`cpu_processes` sets
+# each one's --max_tokens, so a resume with another count is refused naming it, not the option the launcher wrote).
+CPU_PROCESSES_VARIABLE = "HF_VANILLA_CPU_PROCESSES"
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -45,6 +50,7 @@ def launch(processes: int, options: list[str], max_tokens: int) -> int:
     per_process = max_tokens // processes
     threads = max(1, usable_cores() // processes)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # torchrun would set 1 and say so
+    os.environ[CPU_PROCESSES_VARIABLE] = str(processes)
     logger.warning(
         "cpu_processes: training as %d processes of %s thread(s), each with batches of up to %d tokens (%d an update)",
         processes,

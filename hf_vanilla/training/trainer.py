@@ -28,6 +28,7 @@ from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler, refuse_split_batches
 from .budget import BudgetDropout, TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
+from .launcher import CPU_PROCESSES_VARIABLE
 from .metrics import source_use_metrics, source_use_totals
 from .preprocessing import pair_lengths
 
@@ -128,6 +129,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             "gradient_accumulation_steps": self.args.gradient_accumulation_steps,
             "split_batches": self.accelerator.split_batches,
             "max_tokens": self.max_tokens,
+            "cpu_processes": int(os.environ.get(CPU_PROCESSES_VARIABLE, "1")),
             "seed": self.args.seed,
             "training_pairs": len(lengths),
             "pair_lengths_sha256": hashlib.sha256(lengths.tobytes()).hexdigest(),
@@ -358,7 +360,16 @@ def saved_batching(checkpoint: Path) -> dict:
 def check_same_batching(checkpoint: Path, saved: dict, now: dict) -> None:
     """Refuse, in one line naming the option, to resume from `checkpoint` with other batches than it trained on: its
     position in their order would not say which pairs were trained, losing some pairs of the epoch and repeating
-    others."""
+    others. Under `cpu_processes`, which sets each process's --max_tokens, a changed count is named as such."""
+    launched = saved.get("cpu_processes", 1), now.get("cpu_processes", 1)
+    if launched[0] != launched[1] and saved.get("max_tokens") != now.get("max_tokens"):
+        raise ValueError(
+            f"{checkpoint} was trained with cpu_processes {launched[0]} (batches of up to {saved['max_tokens']} "
+            f"tokens in each process), and this run has cpu_processes {launched[1]} ({now['max_tokens']}). Its "
+            f"position in the batches says nothing about these batches. Resume with cpu_processes {launched[0]}, or "
+            "add --ignore_data_skip true to restart the current epoch from its first batch (its pairs trained before "
+            "the checkpoint are seen again)."
+        )
     for name, option in BATCHING_OPTIONS.items():
         if name in saved and name in now and now[name] != saved[name]:
             # a digest says nothing to a reader: say what differs
