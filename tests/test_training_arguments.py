@@ -22,6 +22,25 @@ def test_yaml_recipe_with_command_line_overrides(tmp_path):
         parse_arguments(["--config", str(recipe_file)])
 
 
+def test_the_published_recipe_is_wu_et_als_command_with_the_forks_fairseq_defaults(monkeypatch):
+    """configs/multi30k_wu2021.yaml against README-baseline.md's command and evaluate.sh (LividWo/Revisit-MMT), written
+    out here by hand: 2 GPUs x --max-tokens 4096, --lr 0.005, --warmup-updates 2000, --max-update 8000, --patience 10,
+    no label smoothing, the fork's Adam (0.9, 0.98) and eps 1e-8, --clip-norm 25; the last 10 epochs averaged,
+    beam 5, length penalty 1, BLEU on the tokenised files."""
+    monkeypatch.chdir(Path(__file__).parents[1])
+    recipe, args = parse_arguments(["--config", "configs/multi30k_wu2021.yaml"])
+    assert recipe.data == "multi30k-tok" and recipe.bleu_tokenize == "none"
+    assert recipe.max_tokens * args.gradient_accumulation_steps == 2 * 4096
+    assert (args.learning_rate, args.warmup_steps, args.max_steps) == (0.005, 2000, 8000)
+    assert args.lr_scheduler_type == "inverse_sqrt" and args.label_smoothing_factor == 0.0
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay) == (0.9, 0.98, 1e-8, 0.0)
+    assert args.max_grad_norm == 25.0
+    assert args.eval_strategy == args.save_strategy == "epoch" and recipe.early_stopping_patience == 10
+    assert args.metric_for_best_model == "loss" and not args.greater_is_better
+    assert recipe.average_last == 10 and recipe.final_weights == "averaged"
+    assert (recipe.test_num_beams, recipe.test_length_penalty) == (5, 1.0)
+
+
 @pytest.mark.parametrize("hardware", ["a CPU with AVX512-BF16", None])
 def test_bf16_auto_asks_for_bf16_where_the_hardware_computes_it(tmp_path, monkeypatch, caplog, hardware):
     from hf_vanilla.training import arguments
