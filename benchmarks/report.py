@@ -283,6 +283,14 @@ def render_cpu_processes(name: str = "cpu-processes-cpu.json") -> str:
     return rate_table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_published_record(name: str = "wu2021-published-cpu.json") -> str:
+    """Wu et al. 2021's recipe as published: the paper's score, then each seed as far as it got."""
+    from benchmarks.published_record import table
+
+    document = load(name)
+    return table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_test_command(name: str = "test-command-cpu.json") -> str:
     """One line: how long the README's test command took on a fresh clone, installs and tests apart."""
     document = load(name)
@@ -352,6 +360,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "cpu-processes": render_cpu_processes,
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
+    "published-record": render_published_record,
     "test-command": render_test_command,
     "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,

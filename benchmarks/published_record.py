@@ -1,0 +1,119 @@
+"""Wu et al. 2021's Transformer-tiny on Multi30k as published (`configs/multi30k_wu2021.yaml`): what each seed's run
+trained and scored, read from its output folder.
+
+    python -m benchmarks.published_record --run 1 runs/wu2021-seed1 --run 2 runs/wu2021-seed2 \\
+        --checkout CLONE --json docs/results/wu2021-published-cpu.json
+
+Each run is `hf-vanilla train --config configs/multi30k_wu2021.yaml --seed SEED --output_dir DIR`, run from the
+checkout `--checkout` (its commit is recorded). For each: its validation loss and greedy BLEU at every epoch's end
+(`log.csv`; a stop in mid-epoch adds one more), the epoch of the lowest loss and how many epochs followed it (fairseq's
+`--patience 10` ends the run at 10), the updates made, and, once the run has ended (`test_scores.json`), its test2016
+BLEU with beam 5 on the averaged last 10 epochs, scored as the paper scores (sacreBLEU `tokenize=none` on the
+lowercased tokenised files: the signature says so). A run still going, or stopped before its end, is recorded as far as
+it got.
+"""
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from benchmarks import markdown, record
+from hf_vanilla.training.averaging import checkpoint_folders
+from hf_vanilla.training.budget import read_clock
+
+
+PUBLISHED_BLEU = 41.02  # Wu et al. 2021, Transformer-tiny, text only, test2016 En->De (their README-baseline.md)
+
+
+def validation_by_epoch(run_dir: Path) -> list[dict]:
+    """Each evaluation of the run (one an epoch): its update, epoch, validation loss and greedy BLEU."""
+    rows: dict[int, dict] = {}
+    with open(run_dir / "log.csv", newline="") as log:
+        for row in csv.DictReader(log):
+            if row["name"] in ("eval_loss", "eval_bleu"):
+                entry = rows.setdefault(int(row["step"]), {"step": int(row["step"]), "epoch": float(row["epoch"])})
+                entry[row["name"]] = float(row["value"])
+    return [rows[step] for step in sorted(rows)]
+
+
+def describe_run(seed: int, run_dir: Path) -> dict:
+    validation = validation_by_epoch(run_dir)
+    # What patience counts: the evaluations at an epoch's end, not the one of a stop in mid-epoch (SIGTERM)
+    epoch_ends = [entry for entry in validation if entry["epoch"] == round(entry["epoch"])]
+    best = min(range(len(epoch_ends)), key=lambda i: epoch_ends[i]["eval_loss"]) if epoch_ends else None
+    scores_file = run_dir / "test_scores.json"
+    scores = json.loads(scores_file.read_text()) if scores_file.is_file() else None
+    checkpoints = checkpoint_folders(run_dir)
+    clock = read_clock(checkpoints[-1]) if checkpoints else None
+    result = {
+        "seed": seed,
+        "command": f"hf-vanilla train --config configs/multi30k_wu2021.yaml --seed {seed} --output_dir {run_dir}",
+        "ended": scores is not None,
+        "updates": scores["global_step"] if scores else int(checkpoints[-1].name.split("-")[1]) if checkpoints else 0,
+        "train_seconds": scores["train_wall_seconds"] if scores else clock and clock["train_seconds"],
+        "validation": validation,
+        "lowest_loss_epoch": epoch_ends[best]["epoch"] if best is not None else None,
+        "epochs_since_lowest_loss": len(epoch_ends) - 1 - best if best is not None else None,
+    }
+    if scores:
+        result["test"] = {key: scores[key] for key in ("test_bleu", "test_chrf", "bleu_signature", "final_weights")}
+    return result
+
+
+def table(document: dict) -> str:
+    """The paper's row, then a row per seed: updates, whether the run ended, the epoch of its lowest validation loss
+    and the epochs after it, its last validation BLEU (greedy) and its test BLEU (beam 5, the averaged last 10)."""
+    rows = [
+        [
+            "Wu et al. 2021 (fairseq, 2 GPUs)",
+            "as published",
+            "at most 8000",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{PUBLISHED_BLEU:.2f}",
+        ]
+    ]
+    for run in document["results"]:
+        last = run["validation"][-1] if run["validation"] else {}
+        rows.append(
+            [
+                f"seed {run['seed']}",
+                "ended" if run["ended"] else f"not ended (epoch {last.get('epoch', 0):.0f})",
+                str(run["updates"]),
+                f"{run['train_seconds'] / 3600:.2f} h, {run['updates'] / run['train_seconds']:.2f}/s"
+                if run["train_seconds"]
+                else "-",
+                f"{run['lowest_loss_epoch']:.0f}" if run["lowest_loss_epoch"] is not None else "-",
+                str(run["epochs_since_lowest_loss"]) if run["epochs_since_lowest_loss"] is not None else "-",
+                f"{last['eval_bleu']:.2f}" if "eval_bleu" in last else "-",
+                f"{run['test']['test_bleu']:.2f}" if "test" in run else "-",
+            ]
+        )
+    header = ["run", "state", "updates", "training, updates a second", "lowest validation loss at epoch",
+              "epochs after it", "last validation BLEU", "test2016 BLEU (tok, lc)"]  # fmt: skip
+    return markdown(header, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", nargs=2, action="append", metavar=("SEED", "DIR"), required=True)
+    parser.add_argument("--checkout", type=Path, required=True, help="the checkout the runs ran from")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    results = [describe_run(int(seed), Path(folder)) for seed, folder in args.run]
+    document = record("benchmarks.published_record", results, checkout=args.checkout)
+    document["published_bleu"] = PUBLISHED_BLEU
+    args.json.write_text(json.dumps(document, indent=1) + "\n")
+    for result in results:
+        print(
+            f"seed {result['seed']}: {result['updates']} updates, {'ended' if result['ended'] else 'not ended'}, "
+            f"lowest validation loss at epoch {result['lowest_loss_epoch']}, {result['epochs_since_lowest_loss']} "
+            f"epochs since; test {result.get('test', {}).get('test_bleu', '-')}"
+        )
+
+
+if __name__ == "__main__":
+    main()
