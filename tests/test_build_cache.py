@@ -79,13 +79,15 @@ def test_a_build_a_process_reads_is_kept_while_newer_keys_push_the_rest_out(cach
     (cache.parent / "go").touch()
     release = cache.parent / "release"
     reader = ask(cache, "a", keep=1, hold=str(release))
-    assert answer(reader) == cache / "thing-a"
-    for key in ("b", "c", "d"):  # each keeps one build beside those still read
-        time.sleep(0.05)  # distinct modification times
-        finish(ask(cache, key, keep=1))
-    assert sorted(path.name for path in cache.glob("thing-*") if path.is_dir()) == ["thing-a", "thing-d"]
-    release.touch()
-    finish(reader)
+    try:
+        assert answer(reader) == cache / "thing-a"
+        for key in ("b", "c", "d"):  # each keeps one build beside those still read
+            time.sleep(0.05)  # distinct modification times
+            finish(ask(cache, key, keep=1))
+        assert sorted(path.name for path in cache.glob("thing-*") if path.is_dir()) == ["thing-a", "thing-d"]
+    finally:
+        release.touch()  # the reader goes, whatever failed
+        finish(reader)
     finish(ask(cache, "e", keep=1))
     assert sorted(path.name for path in cache.glob("thing-*") if path.is_dir()) == ["thing-e"]
 
