@@ -1,17 +1,7 @@
-"""Parallel text in every form users hold it, read as a stream into memory-mapped Arrow tables.
+"""Parallel text in every form users hold it (`ACCEPTED_FORMS`), read as a stream into memory-mapped Arrow tables.
 
-`load_parallel_corpus` takes:
-- a corpus shipped with the package (`BUNDLED_CORPORA`);
-- a folder of aligned text files, `{split}.{lang}[.gz]` (or another `pattern`), one sentence a line;
-- a folder of TSV pairs, `{split}.tsv[.gz]`, `source<TAB>target` a line (as OPUS and Marian ship them);
-- a `save_to_disk` folder of a `datasets.DatasetDict`;
-- a dataset repository, local or a Hub id, with a config name where it has several (`wmt14`, `de-en`): JSON lines,
-  parquet, arrow or CSV files whose rows hold a `translation` column of `{lang: text}` (every translation dataset
-  on the Hub, and transformers' `run_translation.py` files) or one column per language;
-- named files per split (`data_files`), in any of those file formats.
-
-Whatever the form, the result is a `DatasetDict` of `source`/`target` string columns backed by Arrow files in the
-`datasets` cache: the corpus is never a Python list, and a second read of the same files opens the cache.
+Whatever the form, `load_parallel_corpus` gives a `DatasetDict` of `source`/`target` string columns backed by Arrow
+files in the `datasets` cache: the corpus is never a Python list, and a second read of the same files opens the cache.
 """
 
 import hashlib
@@ -80,9 +70,9 @@ def _load_local(path: Path, *args, **kwargs):
     return datasets.load_dataset(*args, cache_dir=str(cache_dir), **kwargs)
 
 
-def aligned_text_pairs(source_path: str, target_path: str, stamps: tuple) -> Iterator[dict[str, str]]:
+def aligned_text_pairs(source_path: str, target_path: str) -> Iterator[dict[str, str]]:
     """`{"source", "target"}` rows from two aligned text files; unequal line counts or an empty file raise
-    `ValueError` naming both files. (`stamps` only keys the cache: a changed file is read again.)"""
+    `ValueError` naming both files."""
     sources, targets = stream_lines(source_path), stream_lines(target_path)
     count = 0
     for count, (source, target) in enumerate(itertools.zip_longest(sources, targets), start=1):
@@ -98,28 +88,33 @@ def aligned_text_pairs(source_path: str, target_path: str, stamps: tuple) -> Ite
         raise ValueError(f"Empty parallel files: {source_path} and {target_path} have no lines.")
 
 
-def tsv_pairs(path: str, stamp: tuple) -> Iterator[dict[str, str]]:
+def tsv_pairs(path: str) -> Iterator[dict[str, str]]:
     """`{"source", "target"}` rows from `source<TAB>target` lines; any other number of fields is an error naming the
     line (nothing is silently skipped)."""
     count = 0
     for count, line in enumerate(stream_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
-            raise ValueError(
-                f"{path}: line {count} has {len(fields)} tab-separated fields; a TSV pair is source<TAB>target."
-            )
+            raise ValueError(f"{path}: line {count} has {len(fields)} tab-separated fields, not source<TAB>target.")
         yield {"source": fields[0].strip(), "target": fields[1].strip()}
     if count == 0:
         raise ValueError(f"Empty TSV file: {path} has no lines.")
 
 
-def _from_generator(generator, split: str, **gen_kwargs):
-    """A memory-mapped `Dataset` written from `generator` into the `datasets` cache (read again only when the files
-    change), with our own errors instead of the library's generic wrapper."""
+def _read_rows(generator, paths: tuple[str, ...], stamps: tuple) -> Iterator[dict[str, str]]:
+    """`generator`'s rows from `paths` (`stamps` only key the `datasets` cache: a changed file is read again)."""
+    yield from generator(*paths)
+
+
+def _from_files(generator, split: str, *paths: Path):
+    """A memory-mapped `Dataset` of the rows `generator` reads from `paths`, written into the `datasets` cache, with
+    our own errors instead of the library's generic wrapper."""
     import datasets
 
+    stamps = tuple(file_stamp(path) for path in paths)
+    gen_kwargs = {"generator": generator, "paths": tuple(map(str, paths)), "stamps": stamps}
     try:
-        return datasets.Dataset.from_generator(generator, gen_kwargs=gen_kwargs, split=split)
+        return datasets.Dataset.from_generator(_read_rows, gen_kwargs=gen_kwargs, split=split)
     except datasets.exceptions.DatasetGenerationError as error:
         if isinstance(error.__cause__, ValueError):
             raise error.__cause__ from None
@@ -140,36 +135,24 @@ def find_split_file(folder: Path, split: str, language: str, pattern: str) -> Pa
     return None
 
 
-def _text_folder(folder: Path, source_language: str, target_language: str, pattern: str, splits) -> dict:
-    corpus = {}
+def _split_files(folder: Path, splits, languages: tuple[str, ...], pattern: str) -> dict[str, list[Path]]:
+    """The file of each split in each of `languages` (`tsv` for TSV pairs) under `folder`, or an error naming what
+    was looked for."""
+    files = {}
     for split in splits:
-        source = find_split_file(folder, split, source_language, pattern)
-        target = find_split_file(folder, split, target_language, pattern)
-        if source is None or target is None:
-            language = source_language if source is None else target_language
-            looked_for = [pattern.format(split=name, lang=language) for name in _split_names(split)]
+        files[split] = [find_split_file(folder, split, language, pattern) for language in languages]
+        if None in files[split]:
+            language = languages[files[split].index(None)]
+            looked_for = [pattern.format(split=name, lang=language) + "[.gz]" for name in _split_names(split)]
             raise FileNotFoundError(
                 f"No {split} file for language '{language}' in {folder} (looked for {looked_for})."
             )
-        stamps = (file_stamp(source), file_stamp(target))
-        corpus[split] = _from_generator(
-            aligned_text_pairs, split, source_path=str(source), target_path=str(target), stamps=stamps
-        )
-    return corpus
+    return files
 
 
-def _tsv_file(path: Path, split: str):
-    return _from_generator(tsv_pairs, split, path=str(path), stamp=file_stamp(path))
-
-
-def _tsv_folder(folder: Path, splits) -> dict:
-    corpus = {}
-    for split in splits:
-        path = find_split_file(folder, split, "tsv", "{split}.{lang}")
-        if path is None:
-            raise FileNotFoundError(f"No {split} TSV file in {folder} (looked for {_split_names(split)} + .tsv[.gz]).")
-        corpus[split] = _tsv_file(path, split)
-    return corpus
+def _text_folder(folder: Path, source_language: str, target_language: str, pattern: str, splits) -> dict:
+    files = _split_files(folder, splits, (source_language, target_language), pattern)
+    return {split: _from_files(aligned_text_pairs, split, *pair) for split, pair in files.items()}
 
 
 def _pick_splits(loaded, splits, description: str) -> dict:
@@ -241,10 +224,6 @@ def _as_pairs(loaded: dict, source_language: str, target_language: str, descript
     return corpus
 
 
-def _dataset_files(folder: Path) -> bool:
-    return any(path.suffix in DATASET_FILE_BUILDERS or path.name.endswith(".json.gz") for path in folder.rglob("*"))
-
-
 def _named_files(data_files: dict[str, str], splits) -> dict:
     """One file per split, each read by its suffix (TSV pairs, or a `datasets` builder)."""
     corpus = {}
@@ -254,10 +233,9 @@ def _named_files(data_files: dict[str, str], splits) -> dict:
         path = Path(data_files[split])
         if not path.is_file():
             raise FileNotFoundError(f"--{split}_file {path}: no such file.")
-        suffixes = [suffix for suffix in path.suffixes if suffix != ".gz"]
-        suffix = suffixes[-1] if suffixes else ""
+        suffix = ([suffix for suffix in path.suffixes if suffix != ".gz"] or [""])[-1]
         if suffix == ".tsv":
-            corpus[split] = _tsv_file(path, split)
+            corpus[split] = _from_files(tsv_pairs, split, path)
         elif suffix in DATASET_FILE_BUILDERS:
             loaded = _load_local(path, DATASET_FILE_BUILDERS[suffix], data_files={split: str(path)})
             corpus[split] = loaded[split]
@@ -279,8 +257,12 @@ def _folder(folder: Path, source_language: str, target_language: str, splits, pa
     if find_split_file(folder, "train", source_language, text_form):
         return _text_folder(folder, source_language, target_language, text_form, splits)
     if find_split_file(folder, "train", "tsv", "{split}.{lang}"):
-        return _tsv_folder(folder, splits)
-    if (folder / "README.md").is_file() or _dataset_files(folder):
+        files = _split_files(folder, splits, ("tsv",), "{split}.{lang}")
+        return {split: _from_files(tsv_pairs, split, *paths) for split, paths in files.items()}
+    dataset_files = (
+        path.suffix in DATASET_FILE_BUILDERS or path.name.endswith(".json.gz") for path in folder.rglob("*")
+    )
+    if (folder / "README.md").is_file() or any(dataset_files):
         return _pick_splits(_load_local(folder, str(folder), config), splits, str(folder))
     raise FileNotFoundError(
         f"No parallel data in {folder}: looked for dataset_dict.json, "
@@ -303,16 +285,14 @@ def load_parallel_corpus(
     data the module docstring lists; `max_examples` keeps the first N pairs of a split."""
     import datasets
 
+    description = "the named files" if data_files else str(location)
     if data_files:
         corpus = _named_files(data_files, splits)
-        description = "the named files"
     elif str(location) in BUNDLED_CORPORA:
         folder, bundled_pattern = BUNDLED_CORPORA[str(location)]
         corpus = _text_folder(folder, source_language, target_language, pattern or bundled_pattern, splits)
-        description = str(location)
     elif Path(location).is_dir():
         corpus = _folder(Path(location), source_language, target_language, splits, pattern, config)
-        description = str(location)
     elif Path(location).exists() or str(location).startswith((".", os.sep, "~")):
         raise FileNotFoundError(f"--data {location}: not a folder. Accepted: {ACCEPTED_FORMS}.")
     else:
@@ -323,8 +303,8 @@ def load_parallel_corpus(
                 f"--data {location}: no such local folder, and the Hub dataset could not be loaded ({error}). "
                 f"Accepted: {ACCEPTED_FORMS}."
             ) from error
-        corpus = _pick_splits(loaded, splits, f"Hub dataset {location}")
         description = f"Hub dataset {location}"
+        corpus = _pick_splits(loaded, splits, description)
     for split, limit in (max_examples or {}).items():
         if limit and split in corpus:
             corpus[split] = corpus[split].select(range(min(limit, len(corpus[split]))))

@@ -55,9 +55,7 @@ def unknown_token_rate(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str])
 
 def plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer | None:
     """The Rust tokenizer behind `tokenizer` where `tokenizer(texts)` gives exactly its ids: a plain
-    `PreTrainedTokenizerFast` (ours; it has no target mode) with neither padding nor truncation left set on it (a
-    `__call__` with `padding="max_length"` leaves both, and its own calls reset them). None for other classes, which
-    may switch vocabulary or language codes for targets."""
+    `PreTrainedTokenizerFast` (no target mode) without padding or truncation left set by a `__call__`, else None."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if type(tokenizer) is PreTrainedTokenizerFast and backend.padding is None and backend.truncation is None:
         return backend
@@ -65,9 +63,8 @@ def plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer | None:
 
 
 def without_call_state(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """`tokenizer` without the padding and truncation that a `__call__` leaves set on its Rust backend: a copy where
-    either is set, else `tokenizer` itself. Every call sets its own, so they decide no ids; a cache keyed by the
-    tokenizer, or an encoder picked by it, must not depend on how it was called before."""
+    """`tokenizer` (a copy where needed) without the padding and truncation a `__call__` leaves on its Rust backend:
+    every call sets its own, so a cache key or an encoder picked by the tokenizer must not depend on them."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or (backend.padding is None and backend.truncation is None):
         return tokenizer

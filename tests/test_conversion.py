@@ -137,10 +137,11 @@ def marian_tokenizer(trained_marian_tokenizer, own):
 
 
 def test_a_tokenizer_with_a_target_mode_encodes_targets_through_its_own_call(marian_tokenizer):
-    from hf_vanilla.training.preprocessing import encode_texts
+    from hf_vanilla.training.preprocessing import PairEncoder
 
     texts = ["A dog runs.", "Zwei Männer stehen am Strand."]
-    sources, targets = encode_texts(marian_tokenizer, texts), encode_texts(marian_tokenizer, texts, as_target=True)
+    encoder = PairEncoder(marian_tokenizer, None)
+    sources, targets = encoder.encode(texts, False).to_pylist(), encoder.encode(texts, True).to_pylist()
     assert sources == marian_tokenizer(texts)["input_ids"]
     assert targets == marian_tokenizer(text_target=texts)["input_ids"] and targets != sources  # its target model
 

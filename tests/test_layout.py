@@ -134,3 +134,17 @@ def test_the_wheel_carries_the_library_card_template_and_corpora_but_not_the_lab
     template, sizes = result.stdout.splitlines()[-2:]
     assert Path(template) == site / "hf_vanilla" / "model_card.md"
     assert sizes == "29000 1014 1000"
+
+
+# The data path's own code, bounded, so that what `datasets`, `filelock` and `tokenizers` already do stays theirs.
+DATA_PATH = ["data.py", "text_files.py", "training/preprocessing.py", "training/cache_entries.py", "tokenization.py"]
+DATA_PATH_LINES = 800
+WORD_CACHE_START = "# The pattern that"  # tokenization.py's word cache, from here on, is counted apart
+
+
+def test_the_data_path_stays_within_its_bound_of_lines():
+    lines = 0
+    for name in DATA_PATH:
+        text = (ROOT / "hf_vanilla" / name).read_text()
+        lines += sum(1 for line in text.split(WORD_CACHE_START)[0].splitlines() if line.strip())
+    assert lines <= DATA_PATH_LINES, f"the data path has {lines} non-blank lines, over its {DATA_PATH_LINES}"

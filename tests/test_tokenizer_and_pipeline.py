@@ -7,6 +7,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from transformers import AutoTokenizer, pipeline
@@ -15,7 +16,7 @@ from hf_vanilla import VanillaTranslationPipeline
 from hf_vanilla import pipeline_vanilla as pipeline_module
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import WordCachedEncoder, train_bpe_tokenizer, unknown_token_rate
-from hf_vanilla.training.preprocessing import PairEncoder, encode_texts, id_type
+from hf_vanilla.training.preprocessing import PairEncoder, id_type
 
 from .conftest import EOS, MULTI30K, REMOTE_PIPELINE, REVERSAL_SOURCES, make_model, run_without_hf_vanilla
 
@@ -51,16 +52,22 @@ def test_special_tokens_and_text_target(small_tokenizer, tmp_path):
     assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == text
 
 
+def encoded_pairs(tokenizer, texts: list[str]) -> tuple[list, list]:
+    """The ids and labels a corpus of `texts` on both sides gets from `PairEncoder`, the path a corpus takes."""
+    table = PairEncoder(tokenizer, None)(pa.table({"source": texts, "target": texts}))
+    return table.column("input_ids").to_pylist(), table.column("labels").to_pylist()
+
+
 def test_encoding_a_corpus_gives_the_tokenizers_own_ids(small_tokenizer):
     texts = list(stream_lines(MULTI30K / "val.en.gz")) + list(stream_lines(MULTI30K / "val.de.gz"))
     texts += ["", "Hallo <s> Welt </s>", "x<pad>y<unk>", "a  b   c\t d", "it's we'll I'd", "10,000 km²", "  "]
     texts += ["\u00a0", "naïve café 😀 ﷽ \U0001fae8"]
-    assert encode_texts(small_tokenizer, texts) == small_tokenizer(texts)["input_ids"]
-    assert encode_texts(small_tokenizer, texts, as_target=True) == small_tokenizer(text_target=texts)["input_ids"]
+    own = small_tokenizer(texts)["input_ids"]
+    assert encoded_pairs(small_tokenizer, texts) == (own, small_tokenizer(text_target=texts)["input_ids"])
     assert id_type(small_tokenizer) == np.uint16
     padded = copy.deepcopy(small_tokenizer)
     padded(texts[:2], padding="max_length", max_length=64, truncation=True)  # leaves both set on its Rust tokenizer
-    assert encode_texts(padded, texts) == small_tokenizer(texts)["input_ids"]
+    assert encoded_pairs(padded, texts) == (own, own)
 
 
 def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():
@@ -68,7 +75,10 @@ def test_ids_of_a_vocabulary_over_65536_entries_take_32_bits():
 
     tokenizer = word_level_tokenizer(70_000)
     assert id_type(tokenizer) == np.uint32
-    assert encode_texts(tokenizer, ["t4 t69999 t5", "t7"]) == tokenizer(["t4 t69999 t5", "t7"])["input_ids"]
+    texts = ["t4 t69999 t5", "t7"]
+    assert encoded_pairs(tokenizer, texts) == (tokenizer(texts)["input_ids"],) * 2
+    table = PairEncoder(tokenizer, None)(pa.table({"source": texts, "target": texts}))
+    assert table.schema.field("input_ids").type == pa.list_(pa.uint32())
 
 
 TRICKY = ["", "Hallo <s> Welt </s>", "x<pad>y<unk>", "a  b   c\t d", "it's we'll I'd", "10,000 km²", "  ", "\u00a0"]
@@ -213,13 +223,11 @@ def tokenizers_the_word_cache_cannot_reproduce(tokenizer) -> dict:
 def test_tokenizers_the_word_cache_cannot_reproduce_go_through_the_tokenizer(small_tokenizer):
     from benchmarks.synthetic import word_level_tokenizer
 
-    texts = validation_text()[:200] + TRICKY
     variants = tokenizers_the_word_cache_cannot_reproduce(small_tokenizer)
     variants["word level"] = word_level_tokenizer(400)
     for name, tokenizer in variants.items():
         assert WordCachedEncoder.for_tokenizer(tokenizer) is None, name
-        if name not in ("dropout", "padding"):  # random, or padded by `__call__` but not by `encode_texts`
-            assert PairEncoder(tokenizer, None).encode(texts, False) == tokenizer(texts)["input_ids"], name
+        assert PairEncoder(tokenizer, None).word_cache is None, name  # so `encode_texts`: the tokenizer's own call
 
 
 @pytest.fixture

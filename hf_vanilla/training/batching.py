@@ -1,12 +1,20 @@
 """Token-budget batching (fairseq's `--max-tokens`): batches of similar-length pairs under a padded-token budget."""
 
 import numpy as np
+import pyarrow.compute as pc
 from torch.utils.data import Dataset, Sampler
 
 from ..packing import pack_by_budget
 
 
 SORT_CHUNK = 1 << 22  # positions written into the sort keys at a time
+
+
+def pair_lengths(tokenized) -> np.ndarray:
+    """The longer side of each tokenized pair, what the token-budget sampler batches by: computed by Arrow from the
+    `source_length` and `target_length` columns, two bytes a pair."""
+    table = tokenized.with_format("arrow").select_columns(["source_length", "target_length"])[:]
+    return pc.max_element_wise(table.column("source_length"), table.column("target_length")).to_numpy()
 
 
 def length_sorted_order(lengths: np.ndarray, seed: int) -> np.ndarray:

@@ -1,23 +1,12 @@
-"""A tokenized cache entry's lock, manifest and repair (the entries themselves: `preprocessing`).
+"""A cache entry's lock, manifest and repair (the entries themselves: `preprocessing`; the whole story, with the
+faults each part answers: docs/training.md, "The data cache").
 
-- Lock: a file lock per cache entry under `<data_cache_dir>/locks/` (`filelock`, as `datasets` locks its own builds),
-  held while one is built or checked, so that processes building the same entry at once (two runs, or the nodes of
-  one on a shared disk) build it once. Beside each lock, `<lock>.holder` names the process that holds it (host, pid,
-  since when), for the message of a process that waited longer than `HF_VANILLA_CACHE_LOCK_TIMEOUT` seconds (default
-  3 hours). On a filesystem without `flock` (Lustre mounted without it, NFS without its lock daemon, some FUSE
-  mounts: the kernel answers ENOSYS, ENOLCK or EOPNOTSUPP) the lock is filelock's `SoftFileLease`, a file that exists
-  while it is held, as `datasets` and `huggingface_hub` fall back to a lock file there. It records its holder (host,
-  PID namespace, pid, and the process's start with the boot id) and refreshes itself every third of its lease
-  (`HF_VANILLA_CACHE_LOCK_LEASE`, default 10 minutes). A waiter takes it over at once where the holder was on its
-  own host and is gone (SIGKILLed, OOM-killed, preempted; its pid reused or the host restarted since), and from a
-  holder on another host once no refresh came for the lease: a Slurm job requeued after its preparer was killed
-  builds the entry instead of waiting out the timeout. The waiter that takes over says so in one line naming the old
-  holder. A `flock` is released by the kernel when its holder dies, so that case needs nothing of this. A holder
-  that was frozen past its lease (SIGSTOP, a suspended job) and then continues is not told by the lease itself, so
-  every holder checks its `Claim` (its line in `.holder`) before it writes, moves or removes anything of the entry,
-  its encoding workers before each batch: a superseded one stops (`LockLost`) and leaves the entry to its successor.
+- Lock: a file lock per entry under `<data_cache_dir>/locks/` (`filelock`, as `datasets` locks its builds), held while
+  the entry is built or checked, so that processes that need it at once build it once. `<lock>.holder` names the
+  holder for a waiter's messages. Where the filesystem has no `flock`, filelock's `SoftFileLease`, whose waiters take
+  a gone or silent holder's lease over; so a holder checks its `Claim` before each write, move or removal.
 - Manifest: a complete entry's files and their sizes, written last.
-- Repair: what a killed build left is removed; a file Arrow cannot parse is told apart from a fault of the system.
+- Repair: what a killed build left is removed; an Arrow error of the corpus is told apart from one of the cache.
 """
 
 import contextlib
@@ -81,9 +70,9 @@ def new_lock(path: Path) -> BaseFileLock:
 
 
 def seconds_from_environment(variable: str, default: float) -> float:
-    value = os.environ.get(variable, "")
+    value = os.environ.get(variable) or str(default)
     try:
-        seconds = float(value) if value else default
+        seconds = float(value)
     except ValueError:
         seconds = -1.0
     if not 0 < seconds < float("inf"):
@@ -97,10 +86,8 @@ class LockLost(RuntimeError):
 
 @dataclass(frozen=True)
 class Claim:
-    """This process's hold on a cache entry's lock, as its `.holder` file records it (a unique line). A process that a
-    lease's waiter took the lock over from (frozen past the lease by SIGSTOP, a suspended job, a host cut off) finds
-    another line there: `check` raises before the entry is written, moved or removed, so a resumed holder never writes
-    over what its successor builds. Plain data, so the workers a build forks check it too."""
+    """This process's hold on a cache entry's lock: its unique line in the `.holder` file, which a waiter that took
+    the lease over replaced. Plain data, so the workers a build forks check it too."""
 
     holder: Path
     line: str
@@ -112,11 +99,10 @@ class Claim:
         except FileNotFoundError:
             now = "no process"
         if now != self.line:
+            entry = self.holder.name.removesuffix(".lock.holder")
             raise LockLost(
-                f"The lock of the cache entry {self.holder.name.removesuffix('.lock.holder')} was taken over while "
-                f"this process held it (it was stopped longer than the {LOCK_LEASE_VARIABLE} lease); it is held by "
-                f"{now.strip()}. This process stops without touching the entry: run it again, and it opens what the "
-                "new holder builds."
+                f"The lock of the cache entry {entry} was taken over while this process was stopped longer than the "
+                f"{LOCK_LEASE_VARIABLE} lease, by {now.strip()}: stopping without touching the entry. Run it again."
             )
 
 
@@ -161,9 +147,8 @@ def entry_lock(cache_dir: Path, kind: str, key: str) -> Iterator[Claim]:
 
 
 def check_corpus_files(corpus, error: Exception) -> None:
-    """Raise, naming the file, if one of the corpus's own Arrow files cannot be read: then `error` came from the
-    corpus, which a rebuilt cache would read again and fail on, not from the cache. Reads every file whole: only
-    after a read error."""
+    """Raise, naming the file, if one of the corpus's own Arrow files cannot be read (each read whole): then `error`
+    came from the corpus, which a rebuilt cache would fail on again, not from the cache."""
     for dataset in corpus.values():
         for file in dataset.cache_files:
             path = Path(file["filename"])
@@ -177,38 +162,23 @@ def check_corpus_files(corpus, error: Exception) -> None:
                 ) from error
 
 
-def is_arrow_read_error(error: Exception) -> bool:
-    """Whether `error` is Arrow failing to parse a file's bytes: `ArrowInvalid`, or the `OSError` without an errno
-    that Arrow raises for a malformed message (`pa.ArrowIOError` is `OSError` itself). An error of the system (a full
-    disk, permissions, a stale NFS handle, too many open files) carries its errno."""
-    return isinstance(error, pa.ArrowInvalid) or (isinstance(error, OSError) and error.errno is None)
-
-
-def read_manifest(folder: Path) -> dict | None:
-    """The manifest of a complete cache folder, or None for a build in progress or an interrupted one (which
-    `Dataset.map` completes). A manifest that is not what `_tokenize_into` writes raises ValueError."""
-    path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    manifest = json.loads(path.read_text())
-    if not (isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("splits", "sizes"))):
-        raise ValueError("not a JSON object of splits and file sizes")
-    return manifest
-
-
-def unreadable(folder: Path) -> str | None:
-    """Why a complete cache folder cannot be trusted (a manifest that cannot be read, a file missing or of another
-    size than its manifest says), or None."""
+def read_manifest(folder: Path) -> tuple[dict | None, str | None]:
+    """The manifest of a cache folder (None for a build in progress or an interrupted one, which `Dataset.map`
+    completes), and why the folder cannot be trusted, or None: a manifest that is not what `_tokenize_into` writes
+    (it is written whole and renamed into place: a disk fault or a hand-edit), a file missing or of another size."""
     try:
-        manifest = read_manifest(folder)
-    except ValueError as error:  # written whole and renamed into place: a disk fault or a hand-edit
-        return f"{MANIFEST} is not a JSON object of splits and file sizes ({error})"
-    for name, size in (manifest or {}).get("sizes", {}).items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != size:
-            actual = path.stat().st_size if path.is_file() else "missing"
-            return f"{name}: {actual} bytes, {size} when it was built"
-    return None
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None, None
+    except ValueError as error:
+        return None, f"{MANIFEST} is not a JSON object of splits and file sizes ({error})"
+    if not (isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("splits", "sizes"))):
+        return None, f"{MANIFEST} is not a JSON object of splits and file sizes"
+    for name, size in manifest["sizes"].items():
+        actual = (folder / name).stat().st_size if (folder / name).is_file() else "missing"
+        if actual != size:
+            return manifest, f"{name}: {actual} bytes, {size} when it was built"
+    return manifest, None
 
 
 def remove_temporary_files(folder: Path, claim: Claim) -> None:

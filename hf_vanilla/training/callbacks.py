@@ -4,8 +4,6 @@ averaging of the last checkpoints."""
 
 import csv
 import logging
-import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
 from .averaging import average_checkpoints, last_checkpoints
+from .folders import save_whole
 
 
 logger = logging.getLogger(__name__)
@@ -258,11 +257,6 @@ class CheckpointAveragingCallback(TrainerCallback):
             logger.warning("No checkpoints to average in %s.", args.output_dir)
             return
         logger.warning("Averaging %d checkpoints: %s", len(folders), [folder.name for folder in folders])
-        target = Path(args.output_dir) / "averaged"
-        staging = target.with_name(f"{target.name}.incomplete-{os.getpid()}")  # whole or not there: renamed when done
-        average_checkpoints(folders).save_pretrained(staging)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(staging)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
+        target, tokenizer = Path(args.output_dir) / "averaged", [self.tokenizer] if self.tokenizer is not None else []
+        save_whole(target, average_checkpoints(folders), *tokenizer)
         self.averaged = target

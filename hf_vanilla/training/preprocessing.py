@@ -2,16 +2,11 @@
 by `Dataset.map(num_proc=...)` into an on-disk cache that every process of a run and every later run opens
 (transformers' `main_process_first` + the `datasets` cache, as `run_translation.py` does it).
 
-The cache lives under `<data_cache_dir>` (default `<HF_DATASETS_CACHE>/hf_vanilla`):
-- `tokenizers/<key>/`: the BPE of a corpus, keyed by the training split, the vocabulary size and the sample size;
-  written under a temporary name and renamed into place;
-- `tokenized/<key>/<split>*.arrow`: `input_ids` and `labels` in the smallest integer type that holds the vocabulary,
-  and `source_length`/`target_length` columns for the token-budget sampler; keyed by the corpus, the tokenizer and
-  the length limit. `datasets` writes each file under a temporary name and moves it into place. Training pairs over
-  the limit are left out (counted); evaluation pairs never.
-- `locks/`: a file lock per cache entry, held while one is built or checked (`cache_entries`).
-Keys are hashes of public values (`data.cache_key`): the files behind each split with their sizes and modification
-times, the number of rows, the tokenizer's serialised form, the limits.
+Under `<data_cache_dir>` (default `<HF_DATASETS_CACHE>/hf_vanilla`; layout and faults: docs/training.md, "The data
+cache"): `tokenizers/<key>/`, a BPE; `tokenized/<key>/<split>*.arrow`, `input_ids` and `labels` in the smallest integer
+type that holds the vocabulary with `source_length`/`target_length` for the token-budget sampler (training pairs over
+the length limit left out and counted, evaluation pairs never); `locks/` (`cache_entries`). Keys are hashes of public
+values (`data.cache_key`): the files behind each split, the tokenizer's serialised form, the limits.
 """
 
 import errno
@@ -30,17 +25,16 @@ import tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..data import cache_key, datasets_cache_dir, file_stamp
-from ..tokenization import WordCachedEncoder, plain_backend, train_bpe_tokenizer, without_call_state
+from ..tokenization import WordCachedEncoder, train_bpe_tokenizer, without_call_state
 from .cache_entries import (
     MANIFEST,
     Claim,
     check_corpus_files,
     entry_lock,
-    is_arrow_read_error,
     read_manifest,
     remove_temporary_files,
-    unreadable,
 )
+from .folders import save_whole
 
 
 logger = logging.getLogger(__name__)
@@ -106,11 +100,7 @@ def prepare_tokenizer(
             tokenizer = train_bpe_tokenizer(
                 sample_sentences(train, sample), vocab_size=vocab_size, show_progress=False
             )
-            staging = folder.with_name(f"{folder.name}.incomplete-{os.getpid()}")
-            tokenizer.save_pretrained(staging)
-            claim.check()
-            shutil.rmtree(folder, ignore_errors=True)  # what a build killed before it was whole left there
-            os.replace(staging, folder)
+            save_whole(folder, tokenizer, check=claim.check)
             logger.warning(
                 "Trained a %d-entry BPE in %.1f s, cached in %s.", len(tokenizer), time.monotonic() - start, folder
             )
@@ -130,27 +120,10 @@ def id_type(tokenizer: PreTrainedTokenizerBase) -> np.dtype:
     return smallest_unsigned(len(tokenizer) - 1)
 
 
-def encode_texts(tokenizer: PreTrainedTokenizerBase, texts: list[str], as_target: bool = False) -> list[list[int]]:
-    """Token ids of `texts`, special tokens added, as `tokenizer(texts)` (`text_target=` with `as_target`) gives them.
-    Where that is the Rust tokenizer's own (`plain_backend`), straight through its `encode_batch_fast`, which skips the
-    character offsets a corpus never needs; other tokenizers through their own `__call__`."""
-    backend = plain_backend(tokenizer)
-    if backend is not None:
-        return [encoding.ids for encoding in backend.encode_batch_fast(texts)]
-    encoded = tokenizer(text_target=texts) if as_target else tokenizer(texts)
-    return encoded["input_ids"]
-
-
-def ids_column(sequences: list[list[int]], dtype: np.dtype) -> pa.ListArray:
-    """The id lists as an Arrow list column of `dtype`, built by Arrow from the Python lists."""
-    return pa.array(sequences, type=pa.list_(pa.from_numpy_dtype(dtype)))
-
-
 class PairEncoder:
     """`Dataset.map`'s function over a batch of pairs: their token ids and lengths, without the pairs longer than
-    `max_length` tokens (if given). Our byte-level BPE goes through a `WordCachedEncoder` (faster than
-    `encode_batch_fast`: docs/results/tokenize-speed-cpu.json; each worker process gets its own copy, and its own
-    cache), any other tokenizer through `encode_texts`."""
+    `max_length` tokens (if given). A byte-level BPE goes through a `WordCachedEncoder` (docs/results/
+    tokenize-speed-cpu.json; each worker gets its own copy and cache), any other tokenizer through its own call."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None, claim: Claim | None = None):
         self.tokenizer, self.max_length, self.claim = tokenizer, max_length, claim
@@ -173,36 +146,28 @@ class PairEncoder:
             return self.word_cache.identity
         return f"tokenizer, tokenizers {tokenizers.__version__}"
 
-    def encode(self, texts: list[str], as_target: bool) -> list[list[int]]:
-        if self.word_cache is None:
-            return encode_texts(self.tokenizer, texts, as_target)
-        return self.word_cache(texts)
+    def encode(self, texts: list[str], as_target: bool) -> pa.ListArray:
+        """The ids of `texts` (special tokens added; `text_target=` for a tokenizer with a target vocabulary or
+        language codes) as an Arrow list column of the id type."""
+        if self.word_cache is not None:
+            ids = self.word_cache(texts)
+        else:
+            ids = (self.tokenizer(text_target=texts) if as_target else self.tokenizer(texts))["input_ids"]
+        return pa.array(ids, type=pa.list_(pa.from_numpy_dtype(self.id_type)))
 
     def encode_piece(self, batch: pa.Table) -> pa.Table:
-        input_ids = ids_column(self.encode(batch.column("source").to_pylist(), False), self.id_type)
-        labels = ids_column(self.encode(batch.column("target").to_pylist(), True), self.id_type)
+        input_ids = self.encode(batch.column("source").to_pylist(), False)
+        labels = self.encode(batch.column("target").to_pylist(), True)
         source_lengths = pc.list_value_length(input_ids).to_numpy()
         target_lengths = pc.list_value_length(labels).to_numpy()
-        table = pa.table(
-            {
-                "input_ids": input_ids,
-                "labels": labels,
-                "source_length": pa.array(source_lengths.astype(self.length_type)),
-                "target_length": pa.array(target_lengths.astype(self.length_type)),
-            }
-        )
+        source_length, target_length = source_lengths.astype(self.length_type), target_lengths.astype(self.length_type)
+        columns = {"input_ids": input_ids, "labels": labels, "source_length": source_length}
+        table = pa.table({**columns, "target_length": target_length})
         if self.max_length is not None:
             keep = (source_lengths <= self.max_length) & (target_lengths <= self.max_length)
             if not keep.all():  # a filter copies every column
                 table = table.filter(pa.array(keep))
         return table
-
-
-def pair_lengths(tokenized) -> np.ndarray:
-    """The longer side of each tokenized pair, what the token-budget sampler batches by: computed by Arrow from the
-    `source_length` and `target_length` columns, two bytes a pair."""
-    table = tokenized.with_format("arrow").select_columns(["source_length", "target_length"])[:]
-    return pc.max_element_wise(table.column("source_length"), table.column("target_length")).to_numpy()
 
 
 def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -217,13 +182,19 @@ def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
 
 @dataclass
 class TokenizedCorpus:
-    """The tokenized splits, how many training pairs the length limit left out, where the cache lies, and whether
-    this process built it (or opened what another process or an earlier run built)."""
+    """The tokenized splits, the training pairs the length limit left out, the cache folder, whether this built it."""
 
     splits: "object"  # a datasets.DatasetDict
     dropped: int
     path: Path
     built: bool
+
+    @classmethod
+    def of(cls, splits: dict, corpus, path: Path, built: bool) -> "TokenizedCorpus":
+        import datasets
+
+        dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
+        return cls(datasets.DatasetDict(splits), dropped, path, built)
 
 
 def tokenize_corpus(
@@ -235,15 +206,9 @@ def tokenize_corpus(
     may_rebuild: bool = True,
 ) -> TokenizedCorpus:
     """Every split of `corpus` tokenized by `Dataset.map` with `num_workers` processes (default: one per core), from
-    the cache or built into it, under the entry's lock. A complete cache is opened from the files its `MANIFEST`
-    lists, whatever this process's CPU count; only a process that `may_rebuild` (the one that prepares the data)
-    builds one.
-
-    A complete cache that cannot be read (a file of another size than its `MANIFEST` recorded, or one Arrow cannot
-    parse) is built again where `may_rebuild` (the process that prepares the data: the others open what it has just
-    built or checked, so for them it is an error, and they delete nothing). Other `OSError`s (permissions, a stale
-    NFS handle, a full disk) propagate, naming the folder: building again would not mend them. A disk that fills up
-    while building raises naming the folder and the space to free, and leaves nothing half-written behind."""
+    the cache or built into it, under the entry's lock. Only a process that `may_rebuild` (the one that prepares the
+    data) builds, or builds again a complete cache that cannot be read; the others open what it built, and for them
+    such a cache is an error. Other `OSError`s propagate naming the folder (docs/training.md, "The data cache")."""
     tokenizer = without_call_state(tokenizer)  # the key and the encoder as a freshly loaded tokenizer has them
     key = cache_key(
         format=CACHE_FORMAT,
@@ -255,21 +220,17 @@ def tokenize_corpus(
     folder = cache_dir / "tokenized" / key
     with entry_lock(cache_dir, "tokenized", key) as claim:
         try:
-            problem = unreadable(folder)
+            manifest, problem = read_manifest(folder)
             if problem is None:
                 try:
-                    manifest = read_manifest(folder)
                     if manifest is not None:
                         return open_listed(folder, manifest, corpus)
-                    if not may_rebuild:
-                        raise RuntimeError(
-                            f"The tokenized cache {folder} is not complete (no {MANIFEST}), though the process that "
-                            "prepares the data has just built it: did that process fail? Its log says why."
-                        )
-                    return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers, claim)
+                    if may_rebuild:
+                        return _tokenize_into(folder, key, corpus, tokenizer, max_length, num_workers, claim)
+                    problem = f"no {MANIFEST}: did that process fail? Its log says why"
                 except (pa.ArrowInvalid, OSError) as error:
-                    if not is_arrow_read_error(error):
-                        raise
+                    if isinstance(error, OSError) and error.errno is not None:
+                        raise  # a fault of the system (full disk, permissions, stale NFS handle), not of the bytes
                     check_corpus_files(corpus, error)  # Arrow reads the corpus too: rebuilding would not mend that
                     problem = str(error)
             if not may_rebuild:
@@ -295,18 +256,15 @@ def open_listed(folder: Path, manifest: dict, corpus) -> TokenizedCorpus:
     for split, names in manifest["splits"].items():
         parts = [datasets.Dataset.from_file(str(folder / name)) for name in names]
         splits[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
-    return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built=False)
+    return TokenizedCorpus.of(splits, corpus, folder, built=False)
 
 
 def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, num_workers: int | None, claim: Claim):
-    import datasets
 
     folder.mkdir(parents=True, exist_ok=True)
     remove_temporary_files(folder, claim)
     existing = set(os.listdir(folder))
-    if MANIFEST not in existing:
-        logger.warning("Building the tokenized cache %s.", folder)
+    logger.warning("Building the tokenized cache %s.", folder)
     if not num_workers:
         num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if num_workers > 1:
@@ -342,7 +300,7 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
             raise OSError(
                 errno.ENOSPC,
                 f"The disk of {folder} filled up while tokenizing {split} (nothing was kept): the tokenized corpus "
-                f"needs about {readable_size(needed_space(corpus, tokenizer))} there. Free that much, or give "
+                f"needs about {needed_space(corpus, tokenizer) / 1e6:.1f} MB there. Free that much, or give "
                 "--data_cache_dir on a larger disk.",
             ) from error
     listed = {split: [Path(file["filename"]).name for file in data.cache_files] for split, data in splits.items()}
@@ -354,17 +312,13 @@ def _tokenize_into(folder: Path, key: str, corpus, tokenizer, max_length: int, n
     claim.check()
     staged.write_text(json.dumps({"splits": listed, "sizes": sizes}))
     os.replace(staged, folder / MANIFEST)
-    dropped = len(corpus["train"]) - len(splits["train"]) if "train" in corpus else 0
+    tokenized = TokenizedCorpus.of(splits, corpus, folder, built)
     if built:
         logger.warning("Tokenized the corpus in %.1f s into %s.", time.monotonic() - start, folder)
         if "train" in corpus:
-            logger.warning(
-                "Length filter: kept %d training pairs, dropped %d longer than %d tokens.",
-                len(splits["train"]),
-                dropped,
-                max_length,
-            )
-    return TokenizedCorpus(datasets.DatasetDict(splits), dropped, folder, built)
+            message = "Length filter: kept %d training pairs, dropped %d longer than %d tokens."
+            logger.warning(message, len(splits["train"]), tokenized.dropped, max_length)
+    return tokenized
 
 
 def needed_space(corpus, tokenizer: PreTrainedTokenizerBase, sample_pairs: int = ENCODE_ROWS) -> int:
@@ -376,8 +330,3 @@ def needed_space(corpus, tokenizer: PreTrainedTokenizerBase, sample_pairs: int =
         if sample.num_rows:
             total += encoder(sample).nbytes / sample.num_rows * len(dataset)
     return int(total)
-
-
-def readable_size(size: int) -> str:
-    """`size` bytes in MB under a gigabyte, else in GB, to a tenth."""
-    return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"

@@ -25,12 +25,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
-from .batching import EpochSettingRows, TokenBudgetBatchSampler, refuse_split_batches
+from .batching import EpochSettingRows, TokenBudgetBatchSampler, pair_lengths, refuse_split_batches
 from .budget import BudgetDropout, TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
 from .launcher import CPU_PROCESSES_VARIABLE
 from .metrics import source_use_metrics, source_use_totals
-from .preprocessing import pair_lengths
 
 
 logger = logging.getLogger(__name__)
