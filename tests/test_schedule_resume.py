@@ -11,6 +11,7 @@ from .conftest import StopAt, word_budget_trainer
 LEARNING_RATE = 1e-3
 PAIRS, MAX_TOKENS = 64, 36  # 11 batches an epoch
 WARMUP = 3
+EPOCHS = 3  # a shrunk update (4 -> 1 batches) makes more updates an epoch than max_steps has: the run must still end
 SCHEDULES = {
     "linear": {"lr_scheduler_type": "linear"},
     "cosine": {"lr_scheduler_type": "cosine"},
@@ -61,12 +62,12 @@ def batches_an_epoch() -> int:
 
 
 @pytest.mark.parametrize("schedule", sorted(SCHEDULES))
-@pytest.mark.parametrize("before, after", [(1, 2), (2, 1), (1, 3), (3, 2)])
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1), (1, 3), (3, 2), (3, 1), (4, 1)])
 def test_a_resume_on_another_size_keeps_each_pairs_learning_rate_and_the_end(tmp_path, schedule, before, after):
     batches = batches_an_epoch()
     assert batches % 2 and batches % 3, "an epoch whose last batches are cut on every resumed size"
     updates_an_epoch = -(-batches // before)
-    max_steps = 2 * updates_an_epoch
+    max_steps = EPOCHS * updates_an_epoch
     whole, whole_rates = run(tmp_path / "whole", schedule, before, max_steps)
     rate_at = dict(whole_rates.values())
     assert len(rate_at) == max_steps and whole.state.global_step == max_steps
@@ -75,7 +76,7 @@ def test_a_resume_on_another_size_keeps_each_pairs_learning_rate_and_the_end(tmp
             expected = min((step - 1) / WARMUP, (max_steps - step + 1) / (max_steps - WARMUP))
             assert rate == pytest.approx(LEARNING_RATE * expected)
 
-    stop = updates_an_epoch // 2
+    stop = updates_an_epoch + updates_an_epoch // 2  # in the middle of epoch 1: the library's epoch loop must go on
     run(tmp_path / "part", schedule, before, max_steps, stop_at=stop)
     resumed, resumed_rates = run(tmp_path / "part", schedule, after, max_steps, resume=True)
     matched = 0
@@ -86,6 +87,28 @@ def test_a_resume_on_another_size_keeps_each_pairs_learning_rate_and_the_end(tmp
     # Updates of `after` batches begin on the uninterrupted run's positions at every common multiple of the sizes,
     # and at each epoch's start.
     assert matched >= (max_steps - stop) * before // (before * after) - 1
-    # The run ends where the uninterrupted one did: the end of epoch 1, every pair of it trained.
-    assert resumed.epoch_position.position() == whole.epoch_position.position() == (2, 0)
-    assert resumed.state.epoch == whole.state.epoch == 2
+    # The run ends where the uninterrupted one did: the end of its last epoch, every pair of it trained.
+    assert resumed.epoch_position.position() == whole.epoch_position.position() == (EPOCHS, 0)
+    assert resumed.state.epoch == whole.state.epoch == EPOCHS
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_run_resumed_on_another_size_and_back_keeps_its_schedule_and_its_end(tmp_path, schedule):
+    """2 -> 1 -> 2 batches an update: in the third part the update is the run's first size again, but its updates
+    are still counted from the second's, so the schedule and max_steps must still count in the first size."""
+    updates_an_epoch = -(-batches_an_epoch() // 2)
+    max_steps = EPOCHS * updates_an_epoch
+    _, whole_rates = run(tmp_path / "whole", schedule, 2, max_steps)
+    rate_at = dict(whole_rates.values())
+    first_stop = updates_an_epoch // 2
+    run(tmp_path / "part", schedule, 2, max_steps, stop_at=first_stop)
+    second_stop = first_stop + updates_an_epoch  # that many 1-batch updates later: just into epoch 1
+    run(tmp_path / "part", schedule, 1, max_steps, stop_at=second_stop, resume=True)
+    resumed, resumed_rates = run(tmp_path / "part", schedule, 2, max_steps, resume=True)
+    compared = 0
+    for step, (position, rate) in resumed_rates.items():
+        if step > second_stop and position in rate_at:
+            assert rate == pytest.approx(rate_at[position], abs=1e-12), f"update {step} at {position}"
+            compared += 1
+    assert compared >= updates_an_epoch  # the whole last epoch at least
+    assert resumed.epoch_position.position() == (EPOCHS, 0) and resumed.state.epoch == EPOCHS

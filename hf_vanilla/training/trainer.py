@@ -53,6 +53,9 @@ BATCHING_OPTIONS = {
 # The entry of that file giving the batches an update of the run's first size took: what the learning-rate schedule
 # and `max_steps` count updates of (`EpochPosition.schedule_step`).
 SCHEDULE_REFERENCE = "schedule_batches_per_update"
+# The entries giving the checkpoint's update and where that update leaves the schedule: they differ once any part of
+# the run trained on another size, and from then on every part must count its updates into the schedule's.
+CHECKPOINT_STEPS = ("global_step", "schedule_step")
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
@@ -89,6 +92,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self._staging_checkpoint = False
         self.resume_at: tuple[int, int] | None = None  # (epoch, pairs of it trained) of the checkpoint resumed
         self.schedule_reference: int | None = None  # the batches of the run's first updates, from the checkpoint
+        self.steps_apart = False  # whether the checkpoint's update is not its schedule's (an earlier part resized)
         self.epoch_position: EpochPosition | None = None
         # Our model computes the label-smoothed loss itself, asked per call (`compute_loss`): the library's smoother
         # would pop the labels and smooth materialised logits.
@@ -139,6 +143,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if checkpoint is True:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
         self.resume_at = self.schedule_reference = None
+        self.steps_apart = False
         self.budget.restart()
         if self.made_budget_schedule:  # its warmup may count in another run's updates: made again, as the library does
             self.lr_scheduler, self.made_budget_schedule = None, False
@@ -150,12 +155,18 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
                 check_same_batching(Path(checkpoint), saved, now)
             self.resume_at = resume_position(Path(checkpoint), saved, self.args.ignore_data_skip)
             self.schedule_reference = schedule_reference(saved, now)
+            self.steps_apart = saved.get(CHECKPOINT_STEPS[0]) != saved.get(CHECKPOINT_STEPS[1])
             log_resume(checkpoint, saved, now, self.max_tokens, self.schedule_reference)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+    def counts_other_updates(self) -> bool:
+        """Whether this run's updates are not the ones its schedule and `max_steps` count: its size is not the run's
+        first, or an earlier part of the run's was (the checkpoint's update then lies apart from its schedule's)."""
         position = self.epoch_position  # None: a subclass's own loader, whose updates the schedule counts
-        resized = position is not None and position.reference != position.sampler.batches_per_update
+        return position is not None and (position.reference != position.sampler.batches_per_update or self.steps_apart)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        position, resized = self.epoch_position, self.counts_other_updates()
         if resized and self.args.max_steps <= 0:  # a length in epochs, which the library counted in this run's size
             num_training_steps = math.ceil(self.args.num_train_epochs * position.reference_updates_per_epoch())
         # The budget's end in updates: `max_steps`, or a length in epochs counted in updates, so that the budget
@@ -174,6 +185,16 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             # Partials of a function, so that the scheduler's state holds nothing of ours (as `budget_schedule`).
             scheduler.lr_lambdas = [partial(at_schedule_step, rate, position) for rate in scheduler.lr_lambdas]
         return scheduler
+
+    def set_initial_training_values(self, args, dataloader: DataLoader) -> tuple:
+        values = super().set_initial_training_values(args, dataloader)
+        position = self.epoch_position
+        if args.max_steps > 0 and self.counts_other_updates():
+            # The library bounds its epoch loop by max_steps over this run's updates an epoch; max_steps counts
+            # updates of the run's first size, so the run spans the epochs those take (the stop is `state.max_steps`).
+            epochs = -(-args.max_steps // position.reference_updates_per_epoch())
+            values = (max(values[0], epochs), *values[1:])
+        return values
 
     # A private Trainer method (`library_hooks.TRAINER_METHODS`): the library counts the epoch and the batches to skip
     # from `global_step` in updates of this run's size, which a checkpoint of another process count or accumulation
@@ -195,7 +216,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.max_steps <= 0:  # a length in epochs: count what is left in updates of this run's size
             updates_left = position.updates_left(epoch) + (num_train_epochs - epoch - 1) * num_update_steps_per_epoch
             self.state.max_steps = self.state.global_step + updates_left
-        elif position.reference != sampler.batches_per_update:
+        elif self.counts_other_updates():
             self.state.max_steps = position.update_reaching(self.args.max_steps, self.state.global_step)
             logger.warning(
                 "max_steps=%d counts updates of %d batches: this run of %d-batch updates ends at update %d.",
@@ -280,6 +301,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             if self.epoch_position is not None:  # None: a subclass's own loader
                 batching["epoch"], batching["pairs_done"] = self.epoch_position.position()
                 batching[SCHEDULE_REFERENCE] = self.epoch_position.reference
+                step = self.state.global_step
+                batching.update(zip(CHECKPOINT_STEPS, (step, self.epoch_position.schedule_step(step)), strict=True))
             (staged / BATCHING_FILE).write_text(json.dumps(batching, indent=1))
             self.budget.write_clock(staged, self.state.global_step)
         self.accelerator.wait_for_everyone()
