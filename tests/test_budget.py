@@ -73,20 +73,22 @@ def test_the_budget_schedule_is_the_library_schedule_name_without_its_decay_step
 
 
 class FakeClock:
-    """`time.monotonic` that advances one second at every reading: the budget reads it once per update."""
+    """`time.monotonic` that advances `seconds(n)` at its n-th reading (one second by default): the budget reads it
+    as training begins, then once per update."""
 
-    def __init__(self):
-        self.now = 1000.0
+    def __init__(self, seconds=lambda reading: 1.0):
+        self.now, self.readings, self.seconds = 1000.0, 0, seconds
 
     def __call__(self) -> float:
-        self.now += 1.0
+        self.readings += 1
+        self.now += self.seconds(self.readings)
         return self.now
 
 
-def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, dropout_min_epochs=None):
+def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, dropout_min_epochs=None, clock=None):
     from hf_vanilla.training import budget
 
-    monkeypatch.setattr(budget, "monotonic", FakeClock())
+    monkeypatch.setattr(budget, "monotonic", clock or FakeClock())
     return word_budget_trainer(
         output_dir,
         max_tokens=64,
@@ -213,9 +215,35 @@ def test_dropout_follows_the_epochs_the_budget_buys_through_a_resume(tmp_path, m
     stopped.train()
     recorder = DropoutRecorder()
     resumed = budget_trainer(tmp_path / "part", monkeypatch, [recorder], dropout=0.1, dropout_min_epochs=min_epochs)
-    resumed.train(resume_from_checkpoint=True)  # decided again as it begins, from the checkpoint's clock and epoch
+    resumed.train(resume_from_checkpoint=True)  # the decision the checkpoint records
     assert resumed.state.global_step == 60
     assert set(recorder.dropout.values()) == {expected} and min(recorder.dropout) == 26
+
+
+def test_a_dropout_decision_survives_a_resume_whose_pace_changed(tmp_path, monkeypatch):
+    """Decided at update 10 at one second an update: the budget buys just over `min_epochs`, so dropout stays. Then
+    every update takes two seconds (35 updates in all). A resume at update 20 keeps the decision: decided again there,
+    the budget would seem to buy 2/3 of it and drop dropout."""
+    probe = budget_trainer(tmp_path / "probe", monkeypatch, [StopAt(10)])
+    probe.train()
+    min_epochs = 6 * probe.state.epoch - 0.01
+
+    def slower_after_warmup():  # the reading of training's start, then one per update
+        return FakeClock(lambda reading: 1.0 if reading <= 11 else 2.0)
+
+    options = {"dropout": 0.1, "dropout_min_epochs": min_epochs}
+    recorder = DropoutRecorder()
+    whole = budget_trainer(tmp_path / "whole", monkeypatch, [recorder], clock=slower_after_warmup(), **options)
+    whole.train()
+    assert whole.state.global_step == 35 and recorder.dropout[11] == recorder.dropout[35] == 0.1
+
+    stopped = budget_trainer(tmp_path / "part", monkeypatch, [StopAt(20)], clock=slower_after_warmup(), **options)
+    stopped.train()
+    recorder = DropoutRecorder()
+    resumed = budget_trainer(tmp_path / "part", monkeypatch, [recorder], clock=FakeClock(lambda _: 2.0), **options)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 35
+    assert set(recorder.dropout.values()) == {0.1} and resumed.model.config.dropout == 0.1
 
 
 def test_dropout_min_epochs_refuses_another_model(tmp_path):

@@ -74,6 +74,7 @@ class TrainingBudget(TrainerCallback):
         self.seconds_before = 0.0  # the training seconds of earlier sessions, from the checkpoint resumed
         self.elapsed = 0.0  # the main process's training seconds at the last synchronisation
         self.saves_done = 0
+        self.dropout_decision: float | None = None  # `BudgetDropout`'s, once made: kept by every later session
 
     def resume_from(self, checkpoint: Path) -> None:
         """Continue the clock of `checkpoint` (from zero, said in one line, if it was written without one)."""
@@ -83,6 +84,7 @@ class TrainingBudget(TrainerCallback):
             return
         self.seconds_before = self.elapsed = clock["train_seconds"]
         self.saves_done = self.saves_before(clock["progress"])
+        self.dropout_decision = clock.get("dropout_decision")
 
     def decay_start(self) -> float:
         """The progress at which the learning rate starts to decay."""
@@ -131,6 +133,8 @@ class TrainingBudget(TrainerCallback):
     def write_clock(self, folder: Path, step: int) -> None:
         """Record the clock in a checkpoint being written."""
         clock = {"train_seconds": self.elapsed, "progress": self.progress(step), "decay_start": self.decay_start()}
+        if self.dropout_decision is not None:
+            clock["dropout_decision"] = self.dropout_decision
         (folder / CLOCK_FILE).write_text(json.dumps(clock, indent=1))
 
 
@@ -140,9 +144,10 @@ class BudgetDropout(TrainerCallback):
     A run of a few epochs underfits, and dropout only slows it; a run of many overfits without it. Which of the two a
     time budget is depends on the machine, so the budget's progress decides, at the end of warmup: the epochs it buys
     are the epochs trained so far over the progress made. Until then, and for a shorter budget, the run trains
-    without dropout; the model's config records the dropout it trained with. A resumed session decides again as it
-    begins, from the checkpoint's clock and epoch, so every session of a run (and every process: they read one clock)
-    makes the same choice."""
+    without dropout; the model's config records the dropout it trained with. The decision is saved with the clock in
+    every later checkpoint, and a resumed session keeps it, whatever its pace: every session of a run (and every
+    process: they read one clock) trains with the same choice. A checkpoint past the decision that records none
+    (written before it was saved) is decided again from its clock and epoch."""
 
     def __init__(self, budget: TrainingBudget, dropout: float, min_epochs: float, decide_at: int):
         if min_epochs <= 0:
@@ -159,8 +164,10 @@ class BudgetDropout(TrainerCallback):
         return epoch / progress if progress > 0 else num_train_epochs
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.decided = False
-        if state.global_step >= self.decide_at:  # a resume past the decision
+        self.decided = self.budget.dropout_decision is not None  # made in an earlier session of the run
+        if self.decided:
+            set_dropout(model, self.budget.dropout_decision)
+        elif state.global_step >= self.decide_at:  # a resume past the decision, from a checkpoint without it
             self.decide(args, state, model)
         else:
             set_dropout(model, 0.0)
@@ -174,6 +181,7 @@ class BudgetDropout(TrainerCallback):
         epochs = self.budget_epochs(state.global_step, state.epoch or 0.0, args.num_train_epochs)
         dropout = self.dropout if epochs >= self.min_epochs else 0.0
         set_dropout(model, dropout)
+        self.budget.dropout_decision = dropout
         logger.warning(
             "At update %d the budget buys about %.1f epochs (dropout_min_epochs %g): dropout %g from here on.",
             state.global_step, epochs, self.min_epochs, dropout,
