@@ -301,6 +301,29 @@ def render_test_command(name: str = "test-command-cpu.json") -> str:
     )
 
 
+def render_random_order(name: str = "random-order-cpu.json") -> str:
+    """Each run of the suite in a random order and placement: its seed, counts and failures."""
+    document = load(name)
+    rows = [
+        [str(run["seed"]), str(run["passed"]), str(run["failed"]), str(run["skipped"]), _minutes(run["seconds"]),
+         ", ".join(f"`{test}`" for test in run["failures"]) or "none"]
+        for run in document["results"]
+    ]  # fmt: skip
+    header = ["pytest-randomly seed", "passed", "failed", "skipped", "time", "failures"]
+    return markdown(header, rows) + "\n\n" + provenance(document, name) + "\n"
+
+
+def render_fsdp_teardown(name: str = "fsdp-teardown-cpu.json") -> str:
+    """One line: the FSDP2 test's sharded run, how many of its repeats failed."""
+    document = load(name)
+    runs = document["results"]
+    mean = sum(run["seconds"] for run in runs) / len(runs)
+    return (
+        f"The FSDP2 test's sharded run (2 processes under torchrun): {document['failed']} of {len(runs)} runs "
+        f"failed, {mean:.0f} s a run on average, {provenance(document, name)}\n"
+    )
+
+
 def render_test_durations(name: str = "test-durations-cpu.json") -> str:
     """Seconds per test file and the slowest tests before and after, then the phases of a CI run."""
     from benchmarks.test_durations import ci_table, table
@@ -362,6 +385,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "published-record": render_published_record,
     "test-command": render_test_command,
+    "random-order": render_random_order,
+    "fsdp-teardown": render_fsdp_teardown,
     "test-durations": render_test_durations,
     "translate-memory": render_translate_memory,
     "scale": render_scale,
