@@ -72,27 +72,29 @@ def test_the_budget_schedule_is_the_library_schedule_name_without_its_decay_step
         )
 
 
-class FakeClock:
-    """`time.monotonic` that advances `seconds(n)` at its n-th reading (one second by default): the budget reads it
-    as training begins, then once per update."""
+class FakeClock(TrainerCallback):
+    """`time.monotonic` for the budget, where `seconds(n)` pass during update n (one second by default) and nothing
+    between: a callback of the trainer it times."""
 
-    def __init__(self, seconds=lambda reading: 1.0):
-        self.now, self.readings, self.seconds = 1000.0, 0, seconds
+    def __init__(self, seconds=lambda update: 1.0):
+        self.now, self.seconds = 1000.0, seconds
 
     def __call__(self) -> float:
-        self.readings += 1
-        self.now += self.seconds(self.readings)
         return self.now
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.now += self.seconds(state.global_step + 1)
 
 
 def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, dropout_min_epochs=None, clock=None):
     from hf_vanilla.training import budget
 
-    monkeypatch.setattr(budget, "monotonic", clock or FakeClock())
+    clock = clock or FakeClock()
+    monkeypatch.setattr(budget, "monotonic", clock)
     return word_budget_trainer(
         output_dir,
         max_tokens=64,
-        callbacks=callbacks,
+        callbacks=[clock, *callbacks],
         dropout=dropout,
         trainer_options={"max_train_minutes": 1, "decay_saves": 4, "dropout_min_epochs": dropout_min_epochs},
         max_steps=1000,  # the 60-second budget ends the run first
@@ -228,8 +230,8 @@ def test_a_dropout_decision_survives_a_resume_whose_pace_changed(tmp_path, monke
     probe.train()
     min_epochs = 6 * probe.state.epoch - 0.01
 
-    def slower_after_warmup():  # the reading of training's start, then one per update
-        return FakeClock(lambda reading: 1.0 if reading <= 11 else 2.0)
+    def slower_after_warmup():
+        return FakeClock(lambda update: 1.0 if update <= 10 else 2.0)
 
     options = {"dropout": 0.1, "dropout_min_epochs": min_epochs}
     recorder = DropoutRecorder()
@@ -244,6 +246,27 @@ def test_a_dropout_decision_survives_a_resume_whose_pace_changed(tmp_path, monke
     resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 35
     assert set(recorder.dropout.values()) == {0.1} and resumed.model.config.dropout == 0.1
+
+
+def test_a_checkpoints_clock_counts_the_evaluation_at_its_own_update(tmp_path, monkeypatch):
+    """Evaluated and saved at update 5, where the evaluation takes 100 (fake) seconds: the checkpoint's clock, which a
+    resume continues, includes them, as the run's own clock does from the next update on."""
+    from datasets import Dataset
+
+    clock = FakeClock()
+
+    class SlowEvaluation(TrainerCallback):
+        def on_evaluate(self, args, state, control, **kwargs):
+            clock.now += 100.0
+
+    rows = [[4 + i, 5 + i, 2] for i in range(8)]
+    trainer = budget_trainer(tmp_path, monkeypatch, [StopAt(5), SlowEvaluation()], clock=clock)
+    trainer.eval_dataset = Dataset.from_dict({"input_ids": rows, "labels": rows})
+    trainer.args.eval_strategy = trainer.args.save_strategy = "steps"
+    trainer.args.eval_steps = trainer.args.save_steps = 5
+    trainer.train()
+    recorded = json.loads((tmp_path / "checkpoint-5" / "training_clock.json").read_text())["train_seconds"]
+    assert recorded >= 5 + 100
 
 
 def test_dropout_min_epochs_refuses_another_model(tmp_path):

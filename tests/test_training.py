@@ -401,23 +401,33 @@ def test_neglect_callback_is_quiet_for_a_model_that_uses_its_source_or_recovers(
     assert not [record for record in caplog.records if "SOURCE NEGLECT" in record.getMessage()]
 
 
-def test_progress_bar_counts_to_the_update_where_the_time_budget_ends(monkeypatch, tmp_path):
+def test_progress_bar_counts_to_the_update_where_the_time_budget_ends_also_after_a_resume(tmp_path):
     from hf_vanilla.training import callbacks
+    from hf_vanilla.training.budget import TrainingBudget
 
-    now = [0.0]
-    monkeypatch.setattr(callbacks.time, "monotonic", lambda: now[0])
-    progress = callbacks.TimeBudgetProgressCallback(minutes=10)
+    budget = TrainingBudget(minutes=10)
     args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
     state.max_steps, state.is_world_process_zero = 3000, True
+    progress = callbacks.TimeBudgetProgressCallback(budget)
     progress.on_train_begin(args, state, control)
     for step in range(1, 101):  # 100 updates in the first minute: the 10 minutes hold 1000, not 3000
-        now[0], state.global_step = step * 0.6, step
+        budget.elapsed, state.global_step = step * 0.6, step
         progress.on_step_end(args, state, control)
     assert progress.training_bar.total == 1000
-    now[0], state.global_step = 599.4, 999  # near the end of the budget, at that pace
+    budget.elapsed, state.global_step = 599.4, 999  # near the end of the budget, at that pace
     progress.on_step_end(args, state, control)
     assert progress.training_bar.total == 1000 and progress.training_bar.n == 999
     progress.training_bar.close()
+
+    budget.seconds_before = budget.elapsed = 300.0  # resumed at update 500, half the budget spent: 500 updates left
+    state.global_step = 500
+    resumed = callbacks.TimeBudgetProgressCallback(budget)
+    resumed.on_train_begin(args, state, control)
+    for step in range(501, 601):
+        budget.elapsed, state.global_step = 300 + (step - 500) * 0.6, step
+        resumed.on_step_end(args, state, control)
+    assert resumed.training_bar.total == 1000
+    resumed.training_bar.close()
 
 
 def test_the_trainer_refuses_split_batches_which_would_cut_token_budget_batches(tmp_path):

@@ -1,7 +1,9 @@
 """A training run killed (SIGKILL, also while it saves) or stopped by SIGTERM resumes to the weights of the run that
 was never interrupted, through the worker and through the command users run."""
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -110,3 +112,43 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["global_step"] == 30 and f"; {cpu_processes} process(es);" in scores["hardware"]
     assert read_clock(output / "checkpoint-30")["train_seconds"] > seconds_at_stop, "the clock went on from the stop"
+
+
+def rank_process(output: Path, rank: int) -> int:
+    """The pid of the training process of `rank` among those writing to `output` (its environment names its rank)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if str(output).encode() in cmdline and f"RANK={rank}".encode() in environ and b"train" in cmdline:
+            return int(proc.name)
+    raise AssertionError(f"no process of rank {rank} writes to {output}")
+
+
+@pytest.mark.slow
+def test_a_sigterm_that_reaches_one_process_stops_every_process_at_the_same_update(tmp_path):
+    """The signal reaches the processes of a job at different moments (here: only rank 1). A process that stopped
+    alone would leave the others waiting for it in their next collective, forever."""
+    output = tmp_path / "run"
+    command = [*SMOKE_COMMAND, "--output_dir", str(output), "--data_cache_dir", str(tmp_path / "data_cache")]
+    command += ["--logging_steps", "1", "--eval_strategy", "no", "--average_last", "0", "--max_steps", "30"]
+    command += ["--cpu_processes", "2", "--max_train_minutes", "60"]
+    job = subprocess.Popen(
+        command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    log = output / "log.csv"
+    deadline = time.monotonic() + 300
+    try:
+        while not (log.exists() and len(logged_loss_steps(log)) >= 3):
+            assert job.poll() is None and time.monotonic() < deadline, "training ended before it could be signalled"
+            time.sleep(0.2)
+        os.kill(rank_process(output, 1), signal.SIGTERM)
+        _, stderr = job.communicate(timeout=300)
+    finally:  # the launcher and both processes, also where they hang
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 143, stderr[-3000:]
+    stopped_at = logged_loss_steps(log)[-1]
+    assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()

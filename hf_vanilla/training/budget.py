@@ -21,7 +21,6 @@ from pathlib import Path
 from time import monotonic
 
 import torch
-import torch.distributed as dist
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import TrainerCallback
@@ -55,13 +54,22 @@ class TrainingBudget(TrainerCallback):
     spent, and saves `decay_saves` checkpoints evenly through the decay, the last at the end, so that averaging finds
     checkpoints of the decay however fast the machine is."""
 
-    def __init__(self, minutes: float | None = None, decay_share: float = 0.0, decay_saves: int = 0):
+    def __init__(
+        self,
+        minutes: float | None = None,
+        decay_share: float = 0.0,
+        decay_saves: int = 0,
+        share: Callable[[float], float] = float,
+    ):
         if minutes is not None and minutes <= 0:
             raise ValueError(f"--max_train_minutes must be positive, got {minutes}.")
         if not 0 <= decay_share <= 1:
             raise ValueError(f"decay_share must lie in [0, 1], got {decay_share}.")
         self.seconds = minutes * 60 if minutes else None
         self.decay_share, self.decay_saves = decay_share, decay_saves
+        # The main process's value of a number on every process: the trainer's collective (`main_process_value`), so
+        # that all of them change the learning rate and stop at the same update. One process: the number itself.
+        self.share = share
         self.max_steps = 0  # the run's length in updates (of its first size), set by the trainer with its schedule
         # What `max_steps` and the warmup count at an update: the update itself, unless the trainer counts updates of
         # the run's first size after a resume on another (`EpochPosition.schedule_step`).
@@ -107,9 +115,14 @@ class TrainingBudget(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.session_start = monotonic()
 
+    def sync(self) -> None:
+        """Every process takes the main process's training seconds of the run so far. Collective: every process
+        calls it at the same update."""
+        self.elapsed = self.share(self.seconds_before + monotonic() - self.session_start)
+
     def on_step_end(self, args, state, control, **kwargs):
         if args.world_size == 1 or state.global_step % CLOCK_SYNC_UPDATES == 0:
-            self.elapsed = self.main_process_seconds(args.device)
+            self.sync()
         progress = self.progress(state.global_step)
         if self.seconds and self.elapsed >= self.seconds:
             logger.warning(
@@ -120,15 +133,6 @@ class TrainingBudget(TrainerCallback):
         if saves_due > self.saves_done:
             self.saves_done = saves_due
             control.should_save = True
-
-    def main_process_seconds(self, device: torch.device) -> float:
-        """The training seconds of the run so far, as the main process counts them."""
-        seconds = self.seconds_before + monotonic() - self.session_start
-        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return seconds
-        shared = torch.tensor([seconds], dtype=torch.float64, device=device)
-        dist.broadcast(shared, src=0)
-        return shared.item()
 
     def write_clock(self, folder: Path, step: int) -> None:
         """Record the clock in a checkpoint being written."""

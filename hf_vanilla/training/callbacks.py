@@ -6,6 +6,7 @@ import csv
 import logging
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase, TrainerCallback
@@ -159,22 +160,24 @@ class FirstUpdateCallback(TrainerCallback):
 class TimeBudgetProgressCallback(ProgressCallback):
     """The library's progress bar, counting to the update the time budget will end at rather than to `max_steps`, so
     that its "time left" is the budget's, not the time `max_steps` would take. The end is re-estimated at every update
-    from the rate so far, evaluations included."""
+    from this session's pace, evaluations included, and the time the run's clock (`TrainingBudget`, which a resume
+    continues) has left."""
 
-    def __init__(self, minutes: float):
+    def __init__(self, budget):
         super().__init__()
-        self.seconds = minutes * 60
+        self.budget = budget
 
     def on_train_begin(self, args, state, control, **kwargs):
         super().on_train_begin(args, state, control, **kwargs)
-        self.start, self.first_step = time.monotonic(), state.global_step
+        self.first_step = state.global_step
 
     def on_step_end(self, args, state, control, **kwargs):
         super().on_step_end(args, state, control, **kwargs)
-        elapsed, done = time.monotonic() - self.start, state.global_step - self.first_step
-        if self.training_bar is None or done == 0:
+        session = self.budget.elapsed - self.budget.seconds_before
+        done, left = state.global_step - self.first_step, max(self.budget.seconds - self.budget.elapsed, 0)
+        if self.training_bar is None or done == 0 or session <= 0:
             return
-        expected_end = state.global_step + int(done / elapsed * max(self.seconds - elapsed, 0))
+        expected_end = state.global_step + int(done / session * left)
         self.training_bar.total = min(state.max_steps, max(expected_end, state.global_step))
         self.training_bar.refresh()
 
@@ -183,12 +186,15 @@ class StopOnSigtermCallback(TrainerCallback):
     """On SIGTERM (a preempted or cancelled job), finish the current update, save a checkpoint and stop, so that
     `--resume_from_checkpoint` continues from exactly that update. transformers' `enable_jit_checkpoint` waits 3 s
     before it acts and does not tell the caller that the stop came from the signal; `run_training` needs to know,
-    so that it exits instead of going on to the test evaluation."""
+    so that it exits instead of going on to the test evaluation. Every process stops at the same update: each one
+    asks `agree` (the trainer's collective, `any_process`) whether any of them has received the signal, since the
+    signal reaches them at different moments and a process that went on alone would wait for the others forever."""
 
     def __init__(self):
         self.received = False
         self.stopped_at: int | None = None
         self._previous_handler = None
+        self.agree: Callable[[bool], bool] = bool
 
     def _on_sigterm(self, signum, frame) -> None:
         self.received = True
@@ -197,7 +203,7 @@ class StopOnSigtermCallback(TrainerCallback):
         self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.received:
+        if self.agree(self.received):
             logger.warning("SIGTERM received: saving a checkpoint at update %d and stopping.", state.global_step)
             control.should_save = True
             control.should_training_stop = True

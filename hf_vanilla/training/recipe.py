@@ -282,10 +282,11 @@ def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransfo
 
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
     """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
+    sigterm = next(c for c in callbacks if isinstance(c, StopOnSigtermCallback))
+    sigterm.agree = trainer.any_process
     trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
-    stopped_at = next(c.stopped_at for c in callbacks if isinstance(c, StopOnSigtermCallback))
-    if stopped_at is not None:
-        raise TrainingInterrupted(stopped_at, output_dir)
+    if sigterm.stopped_at is not None:
+        raise TrainingInterrupted(sigterm.stopped_at, output_dir)
     return trained
 
 
@@ -381,7 +382,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     callbacks = [*recipe_callbacks(recipe, output_dir, data.tokenizer), FirstUpdateCallback(clock)]
     trainer = build_trainer(recipe, training_args, data, model, callbacks)
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(TimeBudgetProgressCallback(recipe.max_train_minutes))
+        trainer.add_callback(TimeBudgetProgressCallback(trainer.budget))
     remove_stale_average(output_dir, trainer.is_world_process_zero())
     trained = train(trainer, callbacks, output_dir)
     averaging = next((c for c in callbacks if isinstance(c, CheckpointAveragingCallback)), None)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import broadcast, reduce
 from torch.distributed.fsdp import FSDPModule
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
@@ -83,7 +84,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         refuse_split_batches(self.accelerator.split_batches)
         self.max_tokens = max_tokens
-        self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves)
+        share = self.main_process_value
+        self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves, share)
         self.add_callback(self.budget)
         if dropout_min_epochs is not None:
             self.add_callback(self.budget_dropout(dropout_min_epochs))
@@ -101,6 +103,18 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.label_smoother = None
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
+
+    def main_process_value(self, value: float) -> float:
+        """`value` as the main process has it, on every process (a collective: all of them call it together)."""
+        if self.accelerator.num_processes == 1:
+            return value
+        return broadcast(torch.tensor([value], dtype=torch.float64, device=self.args.device), from_process=0).item()
+
+    def any_process(self, flag: bool) -> bool:
+        """Whether `flag` holds on any process (a collective: all of them call it together)."""
+        if self.accelerator.num_processes == 1:
+            return flag
+        return reduce(torch.tensor([float(flag)], device=self.args.device), reduction="sum").item() > 0
 
     def budget_dropout(self, min_epochs: float) -> BudgetDropout:
         """The callback that keeps the model's dropout only for a budget of at least `min_epochs` epochs, deciding at
@@ -294,6 +308,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         run_dir = Path(self._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged, final = run_dir / STAGING_DIR / name, run_dir / name
+        if self.budget.session_start is not None:  # the clock the checkpoint records counts this step's evaluation
+            self.budget.sync()
         if self.args.should_save:
             shutil.rmtree(staged, ignore_errors=True)  # what a killed save of this step left behind
             staged.mkdir(parents=True)
