@@ -314,12 +314,12 @@ def render_random_order(name: str = "random-order-cpu.json") -> str:
 
 
 def render_fsdp_teardown(name: str = "fsdp-teardown-cpu.json") -> str:
-    """One line: the FSDP2 test's sharded run, how many of its repeats failed."""
+    """One line: the FSDP2 test's two-process run, how many of its repeats failed."""
     document = load(name)
     runs = document["results"]
     mean = sum(run["seconds"] for run in runs) / len(runs)
     return (
-        f"The FSDP2 test's sharded run (2 processes under torchrun): {document['failed']} of {len(runs)} runs "
+        f"The FSDP2 test's two-process run (torchrun), repeated: {document['failed']} of {len(runs)} runs "
         f"failed, {mean:.0f} s a run on average, {provenance(document, name)}\n"
     )
 
