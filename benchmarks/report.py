@@ -301,16 +301,22 @@ def render_test_command(name: str = "test-command-cpu.json") -> str:
     )
 
 
-def render_random_order(name: str = "random-order-cpu.json") -> str:
-    """Each run of the suite in a random order and placement: its seed, counts and failures."""
-    document = load(name)
-    rows = [
-        [str(run["seed"]), str(run["passed"]), str(run["failed"]), str(run["skipped"]), _minutes(run["seconds"]),
-         ", ".join(f"`{test}`" for test in run["failures"]) or "none"]
-        for run in document["results"]
-    ]  # fmt: skip
-    header = ["pytest-randomly seed", "passed", "failed", "skipped", "time", "failures"]
-    return markdown(header, rows) + "\n\n" + provenance(document, name) + "\n"
+def render_random_order(names: tuple[str, ...] = ("random-order-cpu.json", "random-order-head-cpu.json")) -> str:
+    """Each run of the suite in a random order and placement, one record (one commit) after another: its seed,
+    counts and failures."""
+    header = ["commit", "pytest-randomly seed", "passed", "failed", "skipped", "time", "failures"]
+    rows, sources = [], []
+    for name in names:
+        if not (RESULTS / name).is_file():
+            continue
+        document = load(name)
+        rows += [
+            [document["commit"][:7], str(run["seed"]), str(run["passed"]), str(run["failed"]), str(run["skipped"]),
+             _minutes(run["seconds"]), ", ".join(f"`{test}`" for test in run["failures"]) or "none"]
+            for run in document["results"]
+        ]  # fmt: skip
+        sources.append(provenance(document, name))
+    return markdown(header, rows) + "\n\n" + "\n".join(sources) + "\n"
 
 
 def render_fsdp_teardown(name: str = "fsdp-teardown-cpu.json") -> str:
