@@ -245,7 +245,10 @@ def build_trainer(
         eval_dataset=splits["validation"],
         processing_class=data.tokenizer,
         data_collator=seq2seq_collator(data.tokenizer, model, training_args),
-        compute_metrics=build_compute_metrics(data.tokenizer, recipe_metric(recipe)),
+        # BLEU needs generated ids; without `predict_with_generate` an evaluation scores the loss alone
+        compute_metrics=build_compute_metrics(data.tokenizer, recipe_metric(recipe))
+        if training_args.predict_with_generate
+        else None,
         callbacks=callbacks,
         max_tokens=recipe.max_tokens,
         measure_source_use=recipe.detect_source_neglect,
@@ -301,34 +304,42 @@ def remove_stale_average(output_dir: Path, is_main_process: bool) -> None:
 
 def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, averaged: Path | None, rule: str = "better") -> dict:
     """Keep the better of the last weights and the ones this run averaged into `averaged` (on the main process; None
-    where it did not average) by validation BLEU, or the averaged ones whatever they score (`rule="averaged"`), said in
-    one line with both scores; returns which and the scores. Never the test split: the choice is part of training.
-    Every rank follows the main process, and gets the averaged weights from it: on nodes that do not share the output
-    folder, only the main process's disk holds them."""
+    where it did not average) by validation BLEU (by validation loss where the evaluation does not generate), or the
+    averaged ones whatever they score (`rule="averaged"`), said in one line with both scores; returns which and the
+    scores. Never the test split: the choice is part of training. Every rank follows the main process, and gets the
+    averaged weights from it: on nodes that do not share the output folder, only the main process's disk holds them."""
     trainer.accelerator.wait_for_everyone()  # the main process has written the average
     if not broadcast_object_list([averaged is not None])[0]:
         return {"final_weights": "last"}
+    metric = "bleu" if trainer.args.predict_with_generate else "loss"
     last = {name: weight.detach().clone() for name, weight in trainer.model.state_dict().items()}
-    scores = {"last": trainer.evaluate(metric_key_prefix="final_last")["final_last_bleu"]}
+    scores = {"last": trainer.evaluate(metric_key_prefix="final_last")[f"final_last_{metric}"]}
     average = load_model(averaged).state_dict() if averaged is not None else {k: v.clone() for k, v in last.items()}
     for weight in average.values():
         broadcast(weight, from_process=0)
     trainer.model.load_state_dict(average)
-    scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")["final_averaged_bleu"]
-    chosen = "averaged" if rule == "averaged" or scores["averaged"] >= scores["last"] else "last"
+    scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")[f"final_averaged_{metric}"]
+    averaged_is_better = (
+        scores["averaged"] >= scores["last"] if metric == "bleu" else scores["averaged"] <= scores["last"]
+    )
+    chosen = "averaged" if rule == "averaged" or averaged_is_better else "last"
     if chosen == "last":
         trainer.model.load_state_dict(last)
     logger.warning(
-        "Final weights: the %s ones (validation BLEU: averaged %.2f, last %.2f).",
+        "Final weights: the %s ones (validation %s: averaged %.3f, last %.3f).",
         chosen,
+        metric,
         scores["averaged"],
         scores["last"],
     )
-    return {"final_weights": chosen, **{f"validation_bleu_{name}": score for name, score in scores.items()}}
+    return {"final_weights": chosen, **{f"validation_{metric}_{name}": score for name, score in scores.items()}}
 
 
 def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData):
-    """The test split translated with beam search by the final weights (on every rank)."""
+    """The test split translated with beam search by the final weights (on every rank). `predict_with_generate`
+    decides whether the run's evaluations generate, never whether the test is translated: training is over here."""
+    trainer.args.predict_with_generate = True
+    trainer.compute_metrics = build_compute_metrics(data.tokenizer, recipe_metric(recipe))
     return trainer.predict(
         data.tokenized.splits["test"],
         num_beams=recipe.test_num_beams,
