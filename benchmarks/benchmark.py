@@ -254,20 +254,38 @@ def run_benchmark(
     }
 
 
-def profile_generation(preset: str, num_beams: int, row_limit: int = 15) -> str:
-    """torch.profiler's table of the operators that take the time in one generation call, for each model."""
+def profile_generation(
+    preset: str, num_beams: int, device: str = "cpu", dtype: torch.dtype = torch.float32, row_limit: int = 15
+) -> str:
+    """torch.profiler's table of the operators that take the time in one generation call, for each model. On a GPU
+    it also says how much of the call's wall time the device spent in kernels: the rest is the host's (Python,
+    dispatch, launches), where a launch-bound decoding step loses its time."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    models = build_models(preset, "cpu", torch.float32)
-    runs = generation_runs(models, source_batch(16, 32, PRESETS[preset]["vocab"], "cpu"), 64, num_beams)
+    on_gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
+    sort_by = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    models = build_models(preset, device, dtype)
+    runs = generation_runs(models, source_batch(16, 32, PRESETS[preset]["vocab"], device), 64, num_beams)
     tables = []
     for name, run in runs.items():
         run()  # warm-up
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        wall = statistics.median(timed(run, device) for _ in range(3))  # without the profiler's own overhead
+        with profile(activities=activities) as profiler:
             run()
-        averages = profiler.key_averages(group_by_input_shape=True)
-        table = averages.table(sort_by="self_cpu_time_total", row_limit=row_limit, max_name_column_width=32)
-        tables.append(f"## {name}, {num_beams} beam(s)\n{table}")
+        averages = profiler.key_averages()
+        lines = [f"## {name}, {num_beams} beam(s): {wall * 1e3:.1f} ms a call"]
+        if on_gpu:
+            # The kernels' own rows (an operator's row repeats the time of the kernels it launched)
+            kernels = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA) / 1e3
+            launches = sum(event.count for event in averages if event.key in ("cudaLaunchKernel", "cuLaunchKernel"))
+            lines.append(
+                f"device busy {kernels:.1f} ms ({kernels / (wall * 1e3):.0%} of the wall time), {launches} launches, "
+                f"{wall * 1e6 / max(launches, 1):.1f} us of wall time a launch"
+            )
+        lines.append(averages.table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=32))
+        tables.append("\n".join(lines))
     return "\n".join(tables)
 
 
@@ -305,12 +323,12 @@ def main() -> None:
         "--compile", action="store_true", help="add greedy generation with a static cache + torch.compile (slow start)"
     )
     parser.add_argument("--json", help="also write the results as JSON here")
-    parser.add_argument("--profile", type=int, metavar="BEAMS", help="only print torch.profiler tables (CPU)")
+    parser.add_argument("--profile", type=int, metavar="BEAMS", help="only print torch.profiler tables")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.profile:
-        print(profile_generation(args.preset, args.profile))
+        print(profile_generation(args.preset, args.profile, args.device, getattr(torch, args.dtype)))
         return
     with tempfile.TemporaryDirectory() as export_dir:
         report = run_benchmark(

@@ -18,7 +18,7 @@ import csv
 import json
 from pathlib import Path
 
-from benchmarks import markdown, record
+from benchmarks import machine, markdown, record
 from hf_vanilla.training.averaging import checkpoint_folders
 from hf_vanilla.training.budget import read_clock
 
@@ -37,7 +37,7 @@ def validation_by_epoch(run_dir: Path) -> list[dict]:
     return [rows[step] for step in sorted(rows)]
 
 
-def describe_run(seed: int, run_dir: Path) -> dict:
+def describe_run(seed: int, run_dir: Path, train_args: str = "") -> dict:
     validation = validation_by_epoch(run_dir)
     # What patience counts: the evaluations at an epoch's end, not the one of a stop in mid-epoch (SIGTERM)
     epoch_ends = [entry for entry in validation if entry["epoch"] == round(entry["epoch"])]
@@ -48,7 +48,10 @@ def describe_run(seed: int, run_dir: Path) -> dict:
     clock = read_clock(checkpoints[-1]) if checkpoints else None
     result = {
         "seed": seed,
-        "command": f"hf-vanilla train --config configs/multi30k_wu2021.yaml --seed {seed} --output_dir {run_dir}",
+        "command": f"hf-vanilla train --config configs/multi30k_wu2021.yaml --seed {seed} --output_dir {run_dir}"
+        + (f" {train_args}" if train_args else ""),
+        # The machine that trained it, from its scores; a run not ended is recorded where it runs.
+        "trained_on": scores["hardware"] if scores else machine()["hardware"],
         "ended": scores is not None,
         "updates": scores["global_step"] if scores else int(checkpoints[-1].name.split("-")[1]) if checkpoints else 0,
         "train_seconds": scores["train_wall_seconds"] if scores else clock and clock["train_seconds"],
@@ -62,13 +65,15 @@ def describe_run(seed: int, run_dir: Path) -> dict:
 
 
 def table(document: dict) -> str:
-    """The paper's row, then a row per seed: updates, whether the run ended, the epoch of its lowest validation loss
-    and the epochs after it, its last validation BLEU (greedy) and its test BLEU (beam 5, the averaged last 10)."""
+    """The paper's row, then a row per seed: updates, the machine, whether the run ended, the epoch of its lowest
+    validation loss and the epochs after it, its last validation BLEU (greedy) and its test BLEU (beam 5, the averaged
+    last 10)."""
     rows = [
         [
             "Wu et al. 2021 (fairseq, 2 GPUs)",
             "as published",
             "at most 8000",
+            "2 GPUs",
             "-",
             "-",
             "-",
@@ -78,11 +83,13 @@ def table(document: dict) -> str:
     ]
     for run in document["results"]:
         last = run["validation"][-1] if run["validation"] else {}
+        trained_on = run.get("trained_on", document["machine"]["hardware"])
         rows.append(
             [
                 f"seed {run['seed']}",
                 "ended" if run["ended"] else f"not ended (epoch {last.get('epoch', 0):.0f})",
                 str(run["updates"]),
+                trained_on.split(";")[0],
                 f"{run['train_seconds'] / 3600:.2f} h, {run['updates'] / run['train_seconds']:.2f}/s"
                 if run["train_seconds"]
                 else "-",
@@ -92,7 +99,7 @@ def table(document: dict) -> str:
                 f"{run['test']['test_bleu']:.2f}" if "test" in run else "-",
             ]
         )
-    header = ["run", "state", "updates", "training, updates a second", "lowest validation loss at epoch",
+    header = ["run", "state", "updates", "machine", "training, updates a second", "lowest validation loss at epoch",
               "epochs after it", "last validation BLEU", "test2016 BLEU (tok, lc)"]  # fmt: skip
     return markdown(header, rows)
 
@@ -101,9 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", nargs=2, action="append", metavar=("SEED", "DIR"), required=True)
     parser.add_argument("--checkout", type=Path, required=True, help="the checkout the runs ran from")
+    parser.add_argument("--train-args", default="", help="what each run's command added to the config's recipe")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
-    results = [describe_run(int(seed), Path(folder)) for seed, folder in args.run]
+    results = [describe_run(int(seed), Path(folder), args.train_args) for seed, folder in args.run]
     document = record("benchmarks.published_record", results, checkout=args.checkout)
     document["published_bleu"] = PUBLISHED_BLEU
     args.json.write_text(json.dumps(document, indent=1) + "\n")
