@@ -124,6 +124,32 @@ def test_a_run_in_the_folder_of_an_averaged_run_never_ships_that_average(smoke_r
 
 
 @pytest.mark.slow
+def test_a_run_evaluating_without_generation_scores_loss_chooses_by_loss_and_still_translates_the_test(tmp_path):
+    """`--predict_with_generate false`, as fairseq validates (the loss alone): every evaluation logs a loss and no
+    BLEU, the final choice between the averaged and the last weights goes by validation loss (lower wins, a tie keeps
+    the average), and the test split is still translated with beam search and scored."""
+    output = tmp_path / "run"
+    no_generation = [
+        "--predict_with_generate",
+        "false",
+        "--metric_for_best_model",
+        "loss",
+        "--greater_is_better",
+        "false",
+    ]
+    run([*SMOKE_COMMAND, "--output_dir", str(output), "--max_steps", "20", "--eval_steps", "10", *no_generation])
+    names = {row["name"] for row in csv.DictReader((output / "log.csv").open())}
+    assert "eval_loss" in names and not any(name.endswith("_bleu") and name != "test_bleu" for name in names)
+    scores = json.loads((output / "test_scores.json").read_text())
+    validation = {name: scores[f"validation_loss_{name}"] for name in ("averaged", "last")}
+    assert scores["final_weights"] == ("averaged" if validation["averaged"] <= validation["last"] else "last")
+    hypotheses = (output / "test_translations.txt").read_text(encoding="utf-8").splitlines()
+    references = load_parallel_corpus("multi30k", "en", "de", splits=("test",))["test"]["target"][:40]
+    assert scores["bleu_raw_references"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert "test_bleu" in scores and len(hypotheses) == 40
+
+
+@pytest.mark.slow
 def test_lr_scale_gives_the_papers_learning_rate_at_every_step(tmp_path):
     """§5.3, lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), against the rate the command's Trainer
     logged for each update. transformers' schedule, like fairseq's, gives update n the formula's rate at n - 1 (the
