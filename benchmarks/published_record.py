@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks import machine, markdown, record
 from hf_vanilla.training.averaging import checkpoint_folders
-from hf_vanilla.training.budget import read_clock
+from hf_vanilla.training.train_state import read_train_state
 
 
 PUBLISHED_BLEU = 41.02  # Wu et al. 2021, Transformer-tiny, text only, test2016 En->De (their README-baseline.md)
@@ -45,7 +45,7 @@ def describe_run(seed: int, run_dir: Path, train_args: str = "") -> dict:
     scores_file = run_dir / "test_scores.json"
     scores = json.loads(scores_file.read_text()) if scores_file.is_file() else None
     checkpoints = checkpoint_folders(run_dir)
-    clock = read_clock(checkpoints[-1]) if checkpoints else None
+    clock = read_train_state(checkpoints[-1]) if checkpoints else None
     result = {
         "seed": seed,
         "command": f"hf-vanilla train --config configs/multi30k_wu2021.yaml --seed {seed} --output_dir {run_dir}"

@@ -6,22 +6,17 @@ import math
 
 import pytest
 import torch
-from transformers import Seq2SeqTrainingArguments, TrainerCallback
+from transformers import Seq2SeqTrainingArguments, TrainerCallback, TrainerState
 
 from hf_vanilla.training.averaging import average_checkpoints, last_checkpoints
-from hf_vanilla.training.budget import (
-    CLOCK_FILE,
-    BudgetDropout,
-    TrainingBudget,
-    budget_lr_factor,
-    uses_budget_schedule,
-)
+from hf_vanilla.training.budget import BudgetDropout, budget_lr_factor, uses_budget_schedule
+from hf_vanilla.training.train_state import TrainState, read_train_state
 
 from .conftest import StopAt, make_model, word_budget_trainer
 
 
 def budget_at(elapsed: float, minutes: float = 10, max_steps: int = 1000, decay_share: float = 0.4):
-    budget = TrainingBudget(minutes, decay_share=decay_share)
+    budget = TrainState(minutes, decay_share=decay_share)
     budget.elapsed, budget.max_steps = elapsed, max_steps
     return budget
 
@@ -87,10 +82,10 @@ class FakeClock(TrainerCallback):
 
 
 def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, dropout_min_epochs=None, clock=None):
-    from hf_vanilla.training import budget
+    from hf_vanilla.training import train_state
 
     clock = clock or FakeClock()
-    monkeypatch.setattr(budget, "monotonic", clock)
+    monkeypatch.setattr(train_state, "monotonic", clock)
     return word_budget_trainer(
         output_dir,
         max_tokens=64,
@@ -124,7 +119,22 @@ def test_a_length_in_epochs_on_the_budget_schedule_decays_over_its_last_share(tm
     assert rates[updates] < 0.2e-3 and rates[updates // 4] == pytest.approx(1e-3)  # decayed; the peak before
 
 
-def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeypatch):
+def as_written_before_the_train_state(checkpoint) -> None:
+    """Rewrite `checkpoint` as hf_vanilla wrote it before its `TrainState` went into trainer_state.json: the clock and
+    the batching record in two files of their own."""
+    trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
+    saved = trainer_state["stateful_callbacks"].pop(TrainState.__name__)["attributes"]
+    (checkpoint / "trainer_state.json").write_text(json.dumps(trainer_state))
+    (checkpoint / "token_budget_batching.json").write_text(json.dumps(saved.pop("batching")))
+    (checkpoint / "training_clock.json").write_text(json.dumps(saved))
+
+
+@pytest.mark.parametrize("resumed_from", ["trainer_state", "files_of_an_earlier_release", "library_restore_too"])
+def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeypatch, resumed_from):
+    """Stopped at update 25 and resumed: the same learning rates and end as the uninterrupted run, whether the
+    checkpoint holds its `TrainState` in trainer_state.json, or in the two files an earlier hf_vanilla wrote, or the
+    library restores callback states too (`restore_callback_states_from_checkpoint`, which builds a new `TrainState`:
+    the trainer keeps its own, the one the schedule reads)."""
     whole = budget_trainer(tmp_path / "whole", monkeypatch)
     whole.train()
     rates = learning_rates(whole)
@@ -135,22 +145,24 @@ def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeyp
     assert rates[33] == pytest.approx(1e-3 * 29 / 30) and rates[45] == pytest.approx(1e-3 * 17 / 30)
     assert rates[60] == pytest.approx(1e-3 * 2 / 30)
     # Four checkpoints through the decay (at 37.5, 45, 52.5 and 60 s), the last at the end, each with its clock.
-    saved = {
-        folder.name: json.loads((folder / CLOCK_FILE).read_text())
-        for folder in last_checkpoints(whole.args.output_dir, 9)
-    }
+    saved = {folder.name: read_train_state(folder) for folder in last_checkpoints(whole.args.output_dir, 9)}
     assert sorted(saved) == ["checkpoint-38", "checkpoint-45", "checkpoint-53", "checkpoint-60"]
-    assert saved["checkpoint-60"] == {"train_seconds": 60.0, "progress": 1.0, "decay_start": 0.5}
+    clock = {key: saved["checkpoint-60"][key] for key in ("train_seconds", "progress", "decay_start")}
+    assert clock == {"train_seconds": 60.0, "progress": 1.0, "decay_start": 0.5}
 
     stopped = budget_trainer(tmp_path / "part", monkeypatch, callbacks=[StopAt(25)])
     stopped.train()
     assert stopped.state.global_step == 25
+    if resumed_from == "files_of_an_earlier_release":
+        as_written_before_the_train_state(tmp_path / "part" / "checkpoint-25")
     resumed = budget_trainer(tmp_path / "part", monkeypatch)  # a new process: its monotonic clock starts elsewhere
+    resumed.args.restore_callback_states_from_checkpoint = resumed_from == "library_restore_too"
     resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 60, "the budget ends where the uninterrupted run's did"
     assert learning_rates(resumed) == pytest.approx(rates)  # the checkpoint's history up to 25, then this session
     checkpoint = tmp_path / "part" / "checkpoint-60"
-    assert json.loads((checkpoint / CLOCK_FILE).read_text())["train_seconds"] == 60.0
+    assert read_train_state(checkpoint)["train_seconds"] == 60.0
+    assert [c for c in resumed.callback_handler.callbacks if isinstance(c, TrainState)] == [resumed.train_state]
 
 
 @pytest.mark.parametrize(
@@ -164,7 +176,7 @@ def test_a_resumed_run_keeps_its_clock_and_every_learning_rate(tmp_path, monkeyp
 def test_the_epochs_a_budget_buys(step, elapsed, epoch, expected):
     deciding = BudgetDropout(budget_at(elapsed, max_steps=3000), dropout=0.1, min_epochs=6, decide_at=200)
     assert deciding.budget_epochs(step, epoch, num_train_epochs=3) == pytest.approx(expected)
-    assert BudgetDropout(TrainingBudget(), 0.1, 6, 200).budget_epochs(step, epoch, num_train_epochs=3) == 3
+    assert BudgetDropout(TrainState(), 0.1, 6, 200).budget_epochs(step, epoch, num_train_epochs=3) == 3
 
 
 def test_set_dropout_is_the_dropout_the_model_was_built_with():
@@ -265,7 +277,7 @@ def test_a_checkpoints_clock_counts_the_evaluation_at_its_own_update(tmp_path, m
     trainer.args.eval_strategy = trainer.args.save_strategy = "steps"
     trainer.args.eval_steps = trainer.args.save_steps = 5
     trainer.train()
-    recorded = json.loads((tmp_path / "checkpoint-5" / "training_clock.json").read_text())["train_seconds"]
+    recorded = read_train_state(tmp_path / "checkpoint-5")["train_seconds"]
     assert recorded >= 5 + 100
 
 
@@ -279,9 +291,11 @@ def test_dropout_min_epochs_refuses_another_model(tmp_path):
 
 
 def write_checkpoint(folder, model, progress: float, decay_start: float) -> None:
+    """A checkpoint whose trainer_state.json records a `TrainState` at `progress`, as the trainer saves it."""
     model.save_pretrained(folder)
     clock = {"train_seconds": 100 * progress, "progress": progress, "decay_start": decay_start}
-    (folder / CLOCK_FILE).write_text(json.dumps(clock))
+    state = TrainerState(stateful_callbacks={TrainState.__name__: {"args": {}, "attributes": clock}})
+    state.save_to_json(str(folder / "trainer_state.json"))
 
 
 def test_averaging_takes_only_checkpoints_of_the_decay_and_refuses_earlier_ones(tmp_path):

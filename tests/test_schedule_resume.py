@@ -29,7 +29,7 @@ class RateByPosition(TrainerCallback):
         self.rates: dict[int, tuple[tuple[int, int], float]] = {}
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.start = self.trainer.epoch_position.position()
+        self.start = self.trainer.train_state.position.position()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "learning_rate" in logs:
@@ -88,7 +88,7 @@ def test_a_resume_on_another_size_keeps_each_pairs_learning_rate_and_the_end(tmp
     # and at each epoch's start.
     assert matched >= (max_steps - stop) * before // (before * after) - 1
     # The run ends where the uninterrupted one did: the end of its last epoch, every pair of it trained.
-    assert resumed.epoch_position.position() == whole.epoch_position.position() == (EPOCHS, 0)
+    assert resumed.train_state.position.position() == whole.train_state.position.position() == (EPOCHS, 0)
     assert resumed.state.epoch == whole.state.epoch == EPOCHS
 
 
@@ -111,4 +111,4 @@ def test_a_run_resumed_on_another_size_and_back_keeps_its_schedule_and_its_end(t
             assert rate == pytest.approx(rate_at[position], abs=1e-12), f"update {step} at {position}"
             compared += 1
     assert compared >= updates_an_epoch  # the whole last epoch at least
-    assert resumed.epoch_position.position() == (EPOCHS, 0) and resumed.state.epoch == EPOCHS
+    assert resumed.train_state.position.position() == (EPOCHS, 0) and resumed.state.epoch == EPOCHS

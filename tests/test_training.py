@@ -403,9 +403,9 @@ def test_neglect_callback_is_quiet_for_a_model_that_uses_its_source_or_recovers(
 
 def test_progress_bar_counts_to_the_update_where_the_time_budget_ends_also_after_a_resume(tmp_path):
     from hf_vanilla.training import callbacks
-    from hf_vanilla.training.budget import TrainingBudget
+    from hf_vanilla.training.train_state import TrainState
 
-    budget = TrainingBudget(minutes=10)
+    budget = TrainState(minutes=10)
     args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
     state.max_steps, state.is_world_process_zero = 3000, True
     progress = callbacks.TimeBudgetProgressCallback(budget)

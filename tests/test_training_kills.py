@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_vanilla.training.budget import read_clock
+from hf_vanilla.training.train_state import read_train_state
 
 from .test_training_e2e import ENV, ROOT, SMOKE_COMMAND, WORKER, run
 
@@ -103,15 +103,17 @@ def test_train_command_exits_143_on_sigterm_and_resumes_where_it_stopped(tmp_pat
     stopped_at = logged_loss_steps(log)[-1]
     assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
     assert not (output / "final").exists()  # it stopped; no test evaluation of a half-trained model
-    batching = json.loads((output / f"checkpoint-{stopped_at}" / "token_budget_batching.json").read_text())
+    batching = read_train_state(output / f"checkpoint-{stopped_at}")["batching"]
     assert (batching["processes"], batching["max_tokens"]) == (cpu_processes, 1024 // cpu_processes)
-    seconds_at_stop = read_clock(output / f"checkpoint-{stopped_at}")["train_seconds"]
+    seconds_at_stop = read_train_state(output / f"checkpoint-{stopped_at}")["train_seconds"]
 
     run([*command, "--resume_from_checkpoint", "last"])
     assert logged_loss_steps(log) == list(range(1, 31)), "every update is logged exactly once across the two runs"
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["global_step"] == 30 and f"; {cpu_processes} process(es);" in scores["hardware"]
-    assert read_clock(output / "checkpoint-30")["train_seconds"] > seconds_at_stop, "the clock went on from the stop"
+    assert read_train_state(output / "checkpoint-30")["train_seconds"] > seconds_at_stop, (
+        "the clock went on from the stop"
+    )
 
 
 def rank_process(output: Path, rank: int) -> int:

@@ -13,6 +13,7 @@ from transformers import EvalPrediction, Seq2SeqTrainingArguments
 
 from hf_vanilla.training import TokenBudgetBatchSampler, TranslationMetric, build_compute_metrics
 from hf_vanilla.training.averaging import average_checkpoints, average_state_dicts, checkpoint_folders
+from hf_vanilla.training.train_state import read_train_state
 
 from .conftest import make_model
 
@@ -162,7 +163,6 @@ def test_loader_workers_fetch_each_epochs_order_in_a_fresh_process(tmp_path):
     """Real worker processes (persistent, two epochs) fetch the rows of the batches the sampler orders for each
     epoch: what the workers' copy of the loader's dataset (no sampler in it) must serve. In a fresh process: workers
     started after test_exporters.py's ONNX Runtime and OpenVINO sessions crashed the suite on an Intel Xeon."""
-    import json
     import subprocess
     import sys
 
@@ -226,7 +226,7 @@ def resumable_run(output_dir: Path, pairs: int = 40, max_tokens: int = 40, **opt
 )
 def test_a_resume_with_other_batches_is_refused_naming_the_option_unless_the_epoch_restarts(tmp_path, change, option):
     resumable_run(tmp_path).train()
-    assert (tmp_path / "checkpoint-2" / "token_budget_batching.json").is_file()
+    assert read_train_state(tmp_path / "checkpoint-2")["batching"]["pairs_done"] > 0
     changed = resumable_run(tmp_path, max_steps=3, **change)
     with pytest.raises(
         ValueError, match=f"checkpoint-2 was trained with {option}.*--ignore_data_skip true"
@@ -263,7 +263,7 @@ def test_a_resume_with_other_accumulation_goes_on_in_the_global_order_and_says_h
     assert resumed.state.global_step == 3
     assert "An update now takes 2 batches (1 process(es) x 2 accumulation step(s), up to 80 tokens)" in caplog.text
     # 2 batches, then 2 more in the third update: the first 4 of epoch 0's global order
-    saved = json.loads((tmp_path / "checkpoint-3" / "token_budget_batching.json").read_text())
+    saved = read_train_state(tmp_path / "checkpoint-3")["batching"]
     lengths = [len(row) for row in resumed.train_dataset["input_ids"]]
     sampler = TokenBudgetBatchSampler(lengths, max_tokens=40, seed=3)
     assert (saved["epoch"], saved["pairs_done"]) == (0, sum(len(batch) for batch in list(sampler)[:4]))

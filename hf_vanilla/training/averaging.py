@@ -8,7 +8,7 @@ from safetensors import safe_open
 from transformers import PreTrainedModel
 
 from ..loading import load_model, load_state_dict_strictly
-from .budget import CLOCK_FILE, read_clock
+from .train_state import read_train_state
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:
@@ -18,10 +18,10 @@ def checkpoint_folders(output_dir: str | Path) -> list[Path]:
 
 
 def before_decay(checkpoint: Path) -> bool:
-    """Whether `checkpoint` was saved before the learning rate's decay began, by the budget schedule's clock
-    (`budget.CLOCK_FILE`). Checkpoints of other schedules, which decay from the first update or never, are not."""
-    clock = read_clock(checkpoint)
-    return clock is not None and clock["decay_start"] < 1 and clock["progress"] < clock["decay_start"]
+    """Whether `checkpoint` was saved before the learning rate's decay began, by the progress its run's state recorded
+    (`TrainState`). Checkpoints of other schedules, which decay from the first update or never, are not."""
+    saved = read_train_state(checkpoint) or {}
+    return saved.get("decay_start", 1) < 1 and saved["progress"] < saved["decay_start"]
 
 
 def last_checkpoints(output_dir: str | Path, last_n: int) -> list[Path]:
@@ -43,9 +43,9 @@ def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
     early = [str(path) for path in paths if before_decay(Path(path))]
     if early:
         raise ValueError(
-            f"{', '.join(early)}: saved before the learning rate's decay began ({CLOCK_FILE}); averaged with "
-            "decayed weights, it makes them worse. Average checkpoints of the decay only (hf-vanilla average --from "
-            "RUN --last N picks them)."
+            f"{', '.join(early)}: saved before the learning rate's decay began (by the progress in "
+            "trainer_state.json); averaged with decayed weights, it makes them worse. Average checkpoints of the "
+            "decay only (hf-vanilla average --from RUN --last N picks them)."
         )
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}

@@ -1,24 +1,17 @@
-"""A training budget in wall time as well as in updates, and the warmup-stable-decay schedule that spends it.
+"""The warmup-stable-decay schedule that spends a training budget in wall time as well as in updates, and the
+dropout the budget decides.
 
-A run's progress is the larger of its elapsed training time over `--max_train_minutes` and its update over
-`max_steps`: whichever ends the run first. The learning rate warms up over `warmup_steps` updates, holds its peak, and
-decays to `min_lr_ratio` of it over the last `decay_share` of the progress (Hägele et al. 2024, "Scaling Laws and
-Compute-Optimal Training Beyond Fixed Training Durations"; Li et al. 2020, "Budgeted Training"), so a run stopped by
-its clock ends annealed on any machine. The library's `warmup_stable_decay` counts its phases in updates, which a time
-budget does not know in advance.
-
-Elapsed time counts the whole training loop (evaluations and saves included) of every session of the run: each
-checkpoint records it (`CLOCK_FILE`), and a resume, on any number of processes, starts from it. Every process reads
-the main process's clock, so all of them change the learning rate and stop at the same update.
+A run's progress (`TrainState.progress`) is the larger of its elapsed training time over `--max_train_minutes` and
+its update over `max_steps`: whichever ends the run first. The learning rate warms up over `warmup_steps` updates,
+holds its peak, and decays to `min_lr_ratio` of it over the last `decay_share` of the progress (Hägele et al. 2024,
+"Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations"; Li et al. 2020, "Budgeted Training"), so
+a run stopped by its clock ends annealed on any machine. The library's `warmup_stable_decay` counts its phases in
+updates, which a time budget does not know in advance.
 """
 
-import json
 import logging
 import math
-from collections.abc import Callable
 from functools import partial
-from pathlib import Path
-from time import monotonic
 
 import torch
 from torch.optim import Optimizer
@@ -26,15 +19,11 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import TrainerCallback
 
 from ..modeling_vanilla import VanillaResidualLayer, VanillaStack
+from .train_state import CLOCK_SYNC_UPDATES, TrainState
 
 
 logger = logging.getLogger(__name__)
 
-# Written into every checkpoint: the training seconds before it and its progress through the budget.
-CLOCK_FILE = "training_clock.json"
-# Processes agree on the main process's clock every this many updates: often enough that a stop comes within a
-# fraction of a second of the budget, rarely enough that a GPU's queue of work is not drained at every update.
-CLOCK_SYNC_UPDATES = 10
 DECAY_TYPES = ("linear", "cosine", "1-sqrt")
 # The decay's share of the budget where a recipe names none (Hägele et al. decay over the last 20%).
 DEFAULT_DECAY_SHARE = 0.2
@@ -49,99 +38,6 @@ def decay_factor(remaining: float, decay_type: str) -> float:
     return 1 - math.sqrt(1 - remaining)  # "1-sqrt", the shape Hägele et al. found best
 
 
-class TrainingBudget(TrainerCallback):
-    """Tracks the run's progress through its budget (`progress`), stops it and saves a checkpoint when its time is
-    spent, and saves `decay_saves` checkpoints evenly through the decay, the last at the end, so that averaging finds
-    checkpoints of the decay however fast the machine is."""
-
-    def __init__(
-        self,
-        minutes: float | None = None,
-        decay_share: float = 0.0,
-        decay_saves: int = 0,
-        share: Callable[[float], float] = float,
-    ):
-        if minutes is not None and minutes <= 0:
-            raise ValueError(f"--max_train_minutes must be positive, got {minutes}.")
-        if not 0 <= decay_share <= 1:
-            raise ValueError(f"decay_share must lie in [0, 1], got {decay_share}.")
-        self.seconds = minutes * 60 if minutes else None
-        self.decay_share, self.decay_saves = decay_share, decay_saves
-        # The main process's value of a number on every process: the trainer's collective (`main_process_value`), so
-        # that all of them change the learning rate and stop at the same update. One process: the number itself.
-        self.share = share
-        self.max_steps = 0  # the run's length in updates (of its first size), set by the trainer with its schedule
-        # What `max_steps` and the warmup count at an update: the update itself, unless the trainer counts updates of
-        # the run's first size after a resume on another (`EpochPosition.schedule_step`).
-        self.schedule_step: Callable[[int], int | float] = lambda step: step
-        self.session_start: float | None = None
-        self.restart()
-
-    def restart(self) -> None:
-        """Set the clock to a run's start (a resume then continues a checkpoint's: `resume_from`)."""
-        self.seconds_before = 0.0  # the training seconds of earlier sessions, from the checkpoint resumed
-        self.elapsed = 0.0  # the main process's training seconds at the last synchronisation
-        self.saves_done = 0
-        self.dropout_decision: float | None = None  # `BudgetDropout`'s, once made: kept by every later session
-
-    def resume_from(self, checkpoint: Path) -> None:
-        """Continue the clock of `checkpoint` (from zero, said in one line, if it was written without one)."""
-        clock = read_clock(checkpoint)
-        if clock is None:
-            logger.warning("%s records no training time: the time budget counts from this session.", checkpoint)
-            return
-        self.seconds_before = self.elapsed = clock["train_seconds"]
-        self.saves_done = self.saves_before(clock["progress"])
-        self.dropout_decision = clock.get("dropout_decision")
-
-    def decay_start(self) -> float:
-        """The progress at which the learning rate starts to decay."""
-        return 1.0 - self.decay_share
-
-    def decay_save_points(self) -> list[float]:
-        """The progress of each checkpoint saved through the decay; the last is the end of the run."""
-        return [self.decay_start() + self.decay_share * k / self.decay_saves for k in range(1, self.decay_saves + 1)]
-
-    def saves_before(self, progress: float) -> int:
-        """How many of the decay's checkpoints lie at or before `progress`."""
-        return sum(point <= progress for point in self.decay_save_points())
-
-    def progress(self, step: int) -> float:
-        """How much of the budget update `step` has used: the larger of the time and the updates spent."""
-        by_time = self.elapsed / self.seconds if self.seconds else 0.0
-        by_steps = self.schedule_step(step) / self.max_steps if self.max_steps > 0 else 0.0
-        return max(by_time, by_steps)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.session_start = monotonic()
-
-    def sync(self) -> None:
-        """Every process takes the main process's training seconds of the run so far. Collective: every process
-        calls it at the same update."""
-        self.elapsed = self.share(self.seconds_before + monotonic() - self.session_start)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if args.world_size == 1 or state.global_step % CLOCK_SYNC_UPDATES == 0:
-            self.sync()
-        progress = self.progress(state.global_step)
-        if self.seconds and self.elapsed >= self.seconds:
-            logger.warning(
-                "Time budget of %.1f minutes reached at update %d: stopping.", self.seconds / 60, state.global_step
-            )
-            control.should_training_stop = control.should_save = True
-        saves_due = self.saves_before(progress)
-        if saves_due > self.saves_done:
-            self.saves_done = saves_due
-            control.should_save = True
-
-    def write_clock(self, folder: Path, step: int) -> None:
-        """Record the clock in a checkpoint being written."""
-        clock = {"train_seconds": self.elapsed, "progress": self.progress(step), "decay_start": self.decay_start()}
-        if self.dropout_decision is not None:
-            clock["dropout_decision"] = self.dropout_decision
-        (folder / CLOCK_FILE).write_text(json.dumps(clock, indent=1))
-
-
 class BudgetDropout(TrainerCallback):
     """Keeps the model's dropout only for a budget that buys at least `min_epochs` passes over the training data.
 
@@ -153,7 +49,7 @@ class BudgetDropout(TrainerCallback):
     process: they read one clock) trains with the same choice. A checkpoint past the decision that records none
     (written before it was saved) is decided again from its clock and epoch."""
 
-    def __init__(self, budget: TrainingBudget, dropout: float, min_epochs: float, decide_at: int):
+    def __init__(self, budget: TrainState, dropout: float, min_epochs: float, decide_at: int):
         if min_epochs <= 0:
             raise ValueError(f"dropout_min_epochs must be positive, got {min_epochs}.")
         self.budget, self.dropout, self.min_epochs = budget, dropout, min_epochs
@@ -201,15 +97,7 @@ def set_dropout(model: torch.nn.Module, dropout: float) -> None:
             module.dropout = dropout
 
 
-def read_clock(checkpoint: str | Path) -> dict | None:
-    """A checkpoint's `CLOCK_FILE`, or None for one written without it."""
-    file = Path(checkpoint) / CLOCK_FILE
-    return json.loads(file.read_text()) if file.is_file() else None
-
-
-def budget_lr_factor(
-    step: int, budget: TrainingBudget, warmup_steps: int, decay_type: str, min_lr_ratio: float
-) -> float:
+def budget_lr_factor(step: int, budget: TrainState, warmup_steps: int, decay_type: str, min_lr_ratio: float) -> float:
     """The learning rate of update `step` as a share of the peak: linear warmup, the peak, then the decay."""
     warmup = min(1.0, budget.schedule_step(step) / warmup_steps) if warmup_steps > 0 else 1.0
     progress = budget.progress(step)
@@ -243,7 +131,7 @@ def budget_decay_share(args) -> float:
 
 def budget_schedule(
     optimizer: Optimizer,
-    budget: TrainingBudget,
+    budget: TrainState,
     warmup_steps: int,
     decay_type: str = "1-sqrt",
     min_lr_ratio: float = 0.0,

@@ -160,12 +160,12 @@ class FirstUpdateCallback(TrainerCallback):
 class TimeBudgetProgressCallback(ProgressCallback):
     """The library's progress bar, counting to the update the time budget will end at rather than to `max_steps`, so
     that its "time left" is the budget's, not the time `max_steps` would take. The end is re-estimated at every update
-    from this session's pace, evaluations included, and the time the run's clock (`TrainingBudget`, which a resume
+    from this session's pace, evaluations included, and the time the run's clock (`TrainState`, which a resume
     continues) has left."""
 
-    def __init__(self, budget):
+    def __init__(self, train_state):
         super().__init__()
-        self.budget = budget
+        self.train_state = train_state
 
     def on_train_begin(self, args, state, control, **kwargs):
         super().on_train_begin(args, state, control, **kwargs)
@@ -173,8 +173,9 @@ class TimeBudgetProgressCallback(ProgressCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         super().on_step_end(args, state, control, **kwargs)
-        session = self.budget.elapsed - self.budget.seconds_before
-        done, left = state.global_step - self.first_step, max(self.budget.seconds - self.budget.elapsed, 0)
+        clock = self.train_state
+        session = clock.elapsed - clock.seconds_before
+        done, left = state.global_step - self.first_step, max(clock.seconds - clock.elapsed, 0)
         if self.training_bar is None or done == 0 or session <= 0:
             return
         expected_end = state.global_step + int(done / session * left)

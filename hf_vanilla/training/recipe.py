@@ -393,7 +393,7 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     callbacks = [*recipe_callbacks(recipe, output_dir, data.tokenizer), FirstUpdateCallback(clock)]
     trainer = build_trainer(recipe, training_args, data, model, callbacks)
     if recipe.max_train_minutes and trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(TimeBudgetProgressCallback(trainer.budget))
+        trainer.add_callback(TimeBudgetProgressCallback(trainer.train_state))
     remove_stale_average(output_dir, trainer.is_world_process_zero())
     trained = train(trainer, callbacks, output_dir)
     averaging = next((c for c in callbacks if isinstance(c, CheckpointAveragingCallback)), None)

@@ -1,20 +1,19 @@
-"""What a checkpoint records of the run's place in the batches' global order (`BATCHING_FILE`), and how a resume
-reads it: refused where the batches would differ, started at the recorded pair, its schedule counted in updates of
-the run's first size (docs/training.md, "Where a run stands")."""
+"""What a checkpoint records of the run's batches and its place in their global order (`TrainState`'s `batching`),
+and how a resume reads it: refused where the batches would differ, started at the recorded pair, its schedule counted
+in updates of the run's first size (docs/training.md, "Where a run stands")."""
 
-import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .callbacks import EpochPosition
 
+if TYPE_CHECKING:
+    from .train_state import TrainState
 
 logger = logging.getLogger(__name__)
 
-# What decided a checkpoint's batches and where it is in their global order, written into it.
-BATCHING_FILE = "token_budget_batching.json"
-# The entries of that file that decide the batches, as the message of a refused resume names them. The process
-# count and the gradient accumulation do not: they only decide how many batches of the order an update takes.
+# The entries of a checkpoint's batching record that decide the batches, as the message of a refused resume names
+# them. The process count and the gradient accumulation do not: they only decide how many batches an update takes.
 TRAINING_PAIRS = "the training pairs (--data, --max_train_examples, --max_length or the tokenizer)"
 BATCHING_OPTIONS = {
     "split_batches": "Accelerate's split_batches",
@@ -23,22 +22,12 @@ BATCHING_OPTIONS = {
     "training_pairs": TRAINING_PAIRS,
     "pair_lengths_sha256": TRAINING_PAIRS,
 }
-# The entry of that file giving the batches an update of the run's first size took: what the learning-rate schedule
+# The entry of that record giving the batches an update of the run's first size took: what the learning-rate schedule
 # and `max_steps` count updates of (`EpochPosition.schedule_step`).
 SCHEDULE_REFERENCE = "schedule_batches_per_update"
 # The entries giving the checkpoint's update and where that update leaves the schedule: they differ once any part of
 # the run trained on another size, and from then on every part must count its updates into the schedule's.
 CHECKPOINT_STEPS = ("global_step", "schedule_step")
-
-
-def saved_batching(checkpoint: Path) -> dict:
-    """What decided the batches of `checkpoint` and where it stopped in their order: its `BATCHING_FILE`; for a
-    checkpoint written without one, the process count alone, read from its RNG states (one file per process:
-    `rng_state_<rank>.pth`, or `rng_state.pth`)."""
-    if (checkpoint / BATCHING_FILE).is_file():
-        return json.loads((checkpoint / BATCHING_FILE).read_text())
-    processes = 1 if (checkpoint / "rng_state.pth").exists() else len(list(checkpoint.glob("rng_state_*.pth")))
-    return {"processes": processes} if processes else {}
 
 
 def check_same_batching(checkpoint: Path, saved: dict, now: dict) -> None:
@@ -92,9 +81,9 @@ def schedule_reference(saved: dict, now: dict) -> int:
     return saved.get("processes", now["processes"]) * saved.get("gradient_accumulation_steps", 1)
 
 
-def at_schedule_step(rate, position: EpochPosition, step: int) -> float:
+def at_schedule_step(rate, train_state: "TrainState", step: int) -> float:
     """A library schedule's `rate` at update `step`, counted in updates of the run's first size."""
-    return rate(position.schedule_step(step))
+    return rate(train_state.schedule_step(step))
 
 
 def log_resume(checkpoint: str, saved: dict, now: dict, max_tokens: int, reference: int) -> None:

@@ -5,7 +5,6 @@ leaves as it found it."""
 import contextlib
 import copy
 import hashlib
-import json
 import logging
 import math
 import os
@@ -27,21 +26,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler, pair_lengths, refuse_split_batches
-from .budget import BudgetDropout, TrainingBudget, budget_decay_share, budget_schedule, uses_budget_schedule
+from .budget import BudgetDropout, budget_decay_share, budget_schedule, uses_budget_schedule
 from .callbacks import EpochPosition
 from .launcher import CPU_PROCESSES_VARIABLE
 from .metrics import source_use_metrics, source_use_totals
-from .resume import (
-    BATCHING_FILE,
-    CHECKPOINT_STEPS,
-    SCHEDULE_REFERENCE,
-    at_schedule_step,
-    check_same_batching,
-    log_resume,
-    resume_position,
-    saved_batching,
-    schedule_reference,
-)
+from .resume import at_schedule_step
+from .train_state import TrainState
 
 
 logger = logging.getLogger(__name__)
@@ -77,18 +67,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         refuse_split_batches(self.accelerator.split_batches)
         self.max_tokens = max_tokens
+        # Where the run stands, asked by this trainer, read by the schedules and callbacks, saved with every checkpoint
         share = self.main_process_value
-        self.budget = TrainingBudget(max_train_minutes, budget_decay_share(self.args), decay_saves, share)
-        self.add_callback(self.budget)
+        self.train_state = TrainState(max_train_minutes, budget_decay_share(self.args), decay_saves, share)
+        self.add_callback(self.train_state)
         if dropout_min_epochs is not None:
             self.add_callback(self.budget_dropout(dropout_min_epochs))
         self.made_budget_schedule = False
         self.measure_source_use = measure_source_use
         self._staging_checkpoint = False
-        self.resume_at: tuple[int, int] | None = None  # (epoch, pairs of it trained) of the checkpoint resumed
-        self.schedule_reference: int | None = None  # the batches of the run's first updates, from the checkpoint
-        self.steps_apart = False  # whether the checkpoint's update is not its schedule's (an earlier part resized)
-        self.epoch_position: EpochPosition | None = None
         # Our model computes the label-smoothed loss itself, asked per call (`compute_loss`): the library's smoother
         # would pop the labels and smooth materialised logits.
         self.loss_in_the_model = isinstance(self.model.config, VanillaTransformerConfig)
@@ -119,7 +106,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             )
         warmup = self.args.warmup_steps
         decide_at = int(warmup) if warmup >= 1 else 0  # a warmup ratio: decided at the first synchronised update
-        return BudgetDropout(self.budget, self.model.config.dropout, min_epochs, decide_at)
+        return BudgetDropout(self.train_state, self.model.config.dropout, min_epochs, decide_at)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # The same loss and normalisation as the library's `LabelSmoother`; in training a chunk of positions at a time,
@@ -149,54 +136,38 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         checkpoint = resume_from_checkpoint
         if checkpoint is True:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # None: the library says there is none
-        self.resume_at = self.schedule_reference = None
-        self.steps_apart = False
-        self.budget.restart()
+        self.train_state.restart(self.batching())
         if self.made_budget_schedule:  # its warmup may count in another run's updates: made again, as the library does
             self.lr_scheduler, self.made_budget_schedule = None, False
         if checkpoint:
-            self.budget.resume_from(Path(checkpoint))
-            now = self.batching()
-            saved = saved_batching(Path(checkpoint))
-            if not self.args.ignore_data_skip:
-                check_same_batching(Path(checkpoint), saved, now)
-            self.resume_at = resume_position(Path(checkpoint), saved, self.args.ignore_data_skip)
-            self.schedule_reference = schedule_reference(saved, now)
-            self.steps_apart = saved.get(CHECKPOINT_STEPS[0]) != saved.get(CHECKPOINT_STEPS[1])
-            log_resume(checkpoint, saved, now, self.max_tokens, self.schedule_reference)
+            self.train_state.resume_from(Path(checkpoint), self.args.ignore_data_skip, self.max_tokens)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    def counts_other_updates(self) -> bool:
-        """Whether this run's updates are not the ones its schedule and `max_steps` count: its size is not the run's
-        first, or an earlier part of the run's was (the checkpoint's update then lies apart from its schedule's)."""
-        position = self.epoch_position  # None: a subclass's own loader, whose updates the schedule counts
-        return position is not None and (position.reference != position.sampler.batches_per_update or self.steps_apart)
-
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        position, resized = self.epoch_position, self.counts_other_updates()
+        position, resized = self.train_state.position, self.train_state.counts_other_updates()
         if resized and self.args.max_steps <= 0:  # a length in epochs, which the library counted in this run's size
             num_training_steps = math.ceil(self.args.num_train_epochs * position.reference_updates_per_epoch())
         # The budget's end in updates: `max_steps`, or a length in epochs counted in updates, so that the budget
         # schedule decays over a run that gives its length in epochs too.
-        self.budget.max_steps = self.args.max_steps if self.args.max_steps > 0 else num_training_steps
+        self.train_state.max_steps = self.args.max_steps if self.args.max_steps > 0 else num_training_steps
         if self.lr_scheduler is not None:
             return super().create_scheduler(num_training_steps, optimizer)
         if uses_budget_schedule(self.args):
             kwargs = {k: v for k, v in (self.args.lr_scheduler_kwargs or {}).items() if k != "decay_share"}
             warmup = self.args.get_warmup_steps(num_training_steps)
-            self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.budget, warmup, **kwargs)
+            self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.train_state, warmup, **kwargs)
             self.made_budget_schedule = True
             return self.lr_scheduler
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if resized and isinstance(scheduler, LambdaLR):  # every library schedule but reduce_lr_on_plateau
             # Partials of a function, so that the scheduler's state holds nothing of ours (as `budget_schedule`).
-            scheduler.lr_lambdas = [partial(at_schedule_step, rate, position) for rate in scheduler.lr_lambdas]
+            scheduler.lr_lambdas = [partial(at_schedule_step, rate, self.train_state) for rate in scheduler.lr_lambdas]
         return scheduler
 
     def set_initial_training_values(self, args, dataloader: DataLoader) -> tuple:
         values = super().set_initial_training_values(args, dataloader)
-        position = self.epoch_position
-        if args.max_steps > 0 and self.counts_other_updates():
+        position = self.train_state.position
+        if args.max_steps > 0 and self.train_state.counts_other_updates():
             # The library bounds its epoch loop by max_steps over this run's updates an epoch; max_steps counts
             # updates of the run's first size, so the run spans the epochs those take (the stop is `state.max_steps`).
             epochs = -(-args.max_steps // position.reference_updates_per_epoch())
@@ -209,21 +180,28 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def _init_training_state(
         self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
     ) -> tuple[int, int]:
+        callbacks = self.callback_handler.callbacks
+        place = callbacks.index(self.train_state)
         library_epoch, library_skip = super()._init_training_state(
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
-        if resume_from_checkpoint is None or self.epoch_position is None:  # the latter: a subclass's own loader
+        # The library's own restore of callback states (`restore_callback_states_from_checkpoint`) swaps in a new
+        # `TrainState` built from the saved arguments; the schedules and callbacks hold this one, which `train`
+        # restored from the same record, and it must run before those that read its clock.
+        callbacks[:] = [callback for callback in callbacks if not isinstance(callback, TrainState)]
+        callbacks.insert(place, self.train_state)
+        train_state, position = self.train_state, self.train_state.position
+        if resume_from_checkpoint is None or position is None:  # the latter: a subclass's own loader
             return library_epoch, library_skip
-        if self.resume_at is None:  # a checkpoint without a position, resumed with --ignore_data_skip
-            self.resume_at = (library_epoch, 0)
-        sampler = self.epoch_position.sampler
-        sampler.resume(*self.resume_at)
-        epoch, _ = self.resume_at
-        position = self.epoch_position
+        if train_state.resume_at is None:  # a checkpoint without a position, resumed with --ignore_data_skip
+            train_state.resume_at = (library_epoch, 0)
+        sampler = position.sampler
+        sampler.resume(*train_state.resume_at)
+        epoch, _ = train_state.resume_at
         if self.args.max_steps <= 0:  # a length in epochs: count what is left in updates of this run's size
             updates_left = position.updates_left(epoch) + (num_train_epochs - epoch - 1) * num_update_steps_per_epoch
             self.state.max_steps = self.state.global_step + updates_left
-        elif self.counts_other_updates():
+        elif train_state.counts_other_updates():
             self.state.max_steps = position.update_reaching(self.args.max_steps, self.state.global_step)
             logger.warning(
                 "max_steps=%d counts updates of %d batches: this run of %d-batch updates ends at update %d.",
@@ -271,9 +249,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             generator=torch.Generator().manual_seed(self.args.seed),
         )
         self.remove_callback(EpochPosition)  # the position in an earlier loader's order, if any
-        self.epoch_position = EpochPosition(sampler, self.schedule_reference)
-        self.budget.schedule_step = self.epoch_position.schedule_step
-        self.add_callback(self.epoch_position)
+        self.train_state.position = EpochPosition(sampler, self.train_state.reference)
+        self.add_callback(self.train_state.position)
         # Accelerate shards the batches across processes: each rank gets every n-th batch (the sampler made their
         # number a multiple of the processes times the accumulation, so none is repeated to even them out).
         return self.accelerator.prepare(loader)
@@ -301,19 +278,13 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         run_dir = Path(self._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged, final = run_dir / STAGING_DIR / name, run_dir / name
-        if self.budget.session_start is not None:  # the clock the checkpoint records counts this step's evaluation
-            self.budget.sync()
+        if self.train_state.session_start is not None:  # the clock the checkpoint records counts this evaluation
+            self.train_state.sync()
+        # The library writes every `ExportableState` into trainer_state.json under its entry, which a checkpoint
+        # written without one (by an earlier hf_vanilla, or a plain Trainer) lacks.
+        self.state.stateful_callbacks.setdefault(type(self.train_state).__name__, {})
         if self.args.should_save:
             shutil.rmtree(staged, ignore_errors=True)  # what a killed save of this step left behind
-            staged.mkdir(parents=True)
-            batching = self.batching()
-            if self.epoch_position is not None:  # None: a subclass's own loader
-                batching["epoch"], batching["pairs_done"] = self.epoch_position.position()
-                batching[SCHEDULE_REFERENCE] = self.epoch_position.reference
-                step = self.state.global_step
-                batching.update(zip(CHECKPOINT_STEPS, (step, self.epoch_position.schedule_step(step)), strict=True))
-            (staged / BATCHING_FILE).write_text(json.dumps(batching, indent=1))
-            self.budget.write_clock(staged, self.state.global_step)
         self.accelerator.wait_for_everyone()
         self._staging_checkpoint = True  # the library writes the whole checkpoint under the staging folder
         try:
