@@ -25,7 +25,7 @@ from benchmarks import ROOT, markdown, record
 # Options over configs/quickstart.yaml. "today" is the recipe of d6f7dae: inverse square root with 400 updates of
 # warmup, the last 3 checkpoints averaged (the final choice between the average and the last weights is this code's).
 TODAY = ["--lr_scheduler_type", "inverse_sqrt", "--warmup_steps", "400", "--lr_scheduler_kwargs", "{}"]
-WSD = ["--lr_scheduler_type", "warmup_stable_decay", "--warmup_steps", "200"]
+WSD = ["--lr_scheduler_type", "budget", "--warmup_steps", "200"]
 WSD += ["--lr_scheduler_kwargs", '{"decay_share": 0.4}']
 ARMS = {
     "today": TODAY,

@@ -9,7 +9,14 @@ import torch
 from transformers import Seq2SeqTrainingArguments, TrainerCallback, TrainerState
 
 from hf_vanilla.training.averaging import average_checkpoints, last_checkpoints
-from hf_vanilla.training.budget import BudgetDropout, budget_lr_factor, uses_budget_schedule
+from hf_vanilla.training.budget import (
+    DEFAULT_DECAY_SHARE,
+    BudgetDropout,
+    budget_decay_share,
+    budget_lr_factor,
+    budget_schedule_arguments,
+    uses_budget_schedule,
+)
 from hf_vanilla.training.train_state import TrainState, read_train_state
 
 from .conftest import StopAt, make_model, word_budget_trainer
@@ -49,22 +56,36 @@ def test_budget_schedule_decays_to_its_floor():
     assert budget_lr_factor(10, halfway, 0, "linear", min_lr_ratio=0.1) == pytest.approx(0.1 + 0.9 * 0.5)
 
 
-def test_the_budget_schedule_is_the_library_schedule_name_without_its_decay_steps(tmp_path):
+def test_the_budget_schedule_has_its_own_name_and_the_librarys_keeps_its_meaning(tmp_path):
+    """`lr_scheduler_type: budget` in a recipe or on the command line gives the budget schedule; the library's
+    `warmup_stable_decay` is the library's, refused without its `num_decay_steps` or with the budget's `decay_share`,
+    naming both schedules, never silently swapped for the other."""
+    from hf_vanilla.training.arguments import parse_arguments
+
     def arguments(**kwargs):
         return Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], **kwargs)
 
-    assert uses_budget_schedule(arguments(lr_scheduler_type="warmup_stable_decay"))
+    assert uses_budget_schedule(arguments(**budget_schedule_arguments()))
     assert not uses_budget_schedule(
         arguments(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": 10})
     )
     assert not uses_budget_schedule(arguments(lr_scheduler_type="inverse_sqrt"))
-    with pytest.raises(ValueError, match="drop one of decay_share and num_decay_steps"):
-        uses_budget_schedule(
-            arguments(
-                lr_scheduler_type="warmup_stable_decay",
-                lr_scheduler_kwargs={"num_decay_steps": 10, "decay_share": 0.2},
-            )
-        )
+    refused = "warmup_stable_decay is the library's schedule.*lr_scheduler_type: budget"
+    for kwargs in ({}, {"num_decay_steps": 10, "decay_share": 0.2}):
+        with pytest.raises(ValueError, match=refused):
+            uses_budget_schedule(arguments(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs=kwargs))
+    with pytest.raises(ValueError, match="drop num_decay_steps"):
+        uses_budget_schedule(arguments(**budget_schedule_arguments({"num_decay_steps": 10})))
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("lr_scheduler_type: budget\nlr_scheduler_kwargs: {decay_share: 0.3}\n")
+    common = ["--config", str(recipe), "--output_dir", str(tmp_path)]
+    _, from_recipe = parse_arguments(common)
+    _, from_command = parse_arguments([*common, "--lr_scheduler_type", "budget", "--lr_scheduler_kwargs", "{}"])
+    _, overridden = parse_arguments([*common, "--lr_scheduler_type=linear", "--lr_scheduler_kwargs", "{}"])
+    assert uses_budget_schedule(from_recipe) and budget_decay_share(from_recipe) == 0.3
+    assert uses_budget_schedule(from_command) and budget_decay_share(from_command) == DEFAULT_DECAY_SHARE
+    assert overridden.lr_scheduler_type == "linear" and not uses_budget_schedule(overridden)
 
 
 class FakeClock(TrainerCallback):
@@ -94,8 +115,7 @@ def budget_trainer(output_dir, monkeypatch, callbacks=(), dropout: float = 0.0, 
         trainer_options={"max_train_minutes": 1, "decay_saves": 4, "dropout_min_epochs": dropout_min_epochs},
         max_steps=1000,  # the 60-second budget ends the run first
         learning_rate=1e-3,
-        lr_scheduler_type="warmup_stable_decay",
-        lr_scheduler_kwargs={"decay_share": 0.5, "decay_type": "linear"},
+        **budget_schedule_arguments({"decay_share": 0.5, "decay_type": "linear"}),
         warmup_steps=10,
     )
 
@@ -107,8 +127,8 @@ def learning_rates(trainer) -> dict[int, float]:
 def test_a_length_in_epochs_on_the_budget_schedule_decays_over_its_last_share(tmp_path):
     """3 epochs and no max_steps nor time budget: the run's length is the epochs counted in updates, and its last
     half decays linearly to zero, as the same run given that many updates as `max_steps` does."""
-    options = dict(learning_rate=1e-3, lr_scheduler_type="warmup_stable_decay", warmup_steps=2)
-    options["lr_scheduler_kwargs"] = {"decay_share": 0.5, "decay_type": "linear"}
+    options = dict(learning_rate=1e-3, warmup_steps=2)
+    options |= budget_schedule_arguments({"decay_share": 0.5, "decay_type": "linear"})
     by_epochs = word_budget_trainer(tmp_path / "epochs", max_tokens=64, num_train_epochs=3, **options)
     by_epochs.train()
     updates = by_epochs.state.global_step

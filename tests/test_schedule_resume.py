@@ -5,6 +5,8 @@ run, and the run ends on the same pair."""
 import pytest
 from transformers import TrainerCallback
 
+from hf_vanilla.training.budget import budget_schedule_arguments
+
 from .conftest import StopAt, word_budget_trainer
 
 
@@ -15,7 +17,7 @@ EPOCHS = 3  # a shrunk update (4 -> 1 batches) makes more updates an epoch than 
 SCHEDULES = {
     "linear": {"lr_scheduler_type": "linear"},
     "cosine": {"lr_scheduler_type": "cosine"},
-    "budget": {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"decay_share": 0.5}},
+    "budget": budget_schedule_arguments({"decay_share": 0.5}),
 }
 
 

@@ -13,6 +13,7 @@ from transformers.hf_argparser import string_to_bool
 
 from ..data import BUNDLED_CORPORA
 from .batching import refuse_split_batches
+from .budget import BUDGET_SCHEDULE, budget_schedule_arguments
 
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class RecipeArguments:
         default=None,
         metadata={
             "help": "stop training after this wall time (evaluations included, summed over resumes); "
-            "lr_scheduler_type warmup_stable_decay then decays the learning rate to it"
+            "lr_scheduler_type budget then decays the learning rate to it"
         },
     )
     dropout_min_epochs: float | None = field(
@@ -149,12 +150,14 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
     """`--config recipe.yaml` supplies defaults; every recipe or `Seq2SeqTrainingArguments` field can override."""
     import yaml
 
-    # The options read before the main parser: the recipe file, and `--bf16`, whose values include `auto` (a bool field
-    # of `Seq2SeqTrainingArguments` otherwise). Read here, in every spelling argparse accepts (`--bf16 auto`,
-    # `--bf16=auto`, a bare `--bf16`), they become defaults that the recipe's own values do not override.
+    # The options read before the main parser: the recipe file, `--bf16`, whose values include `auto` (a bool field
+    # of `Seq2SeqTrainingArguments` otherwise), and `--lr_scheduler_type`, whose values include `budget` (the
+    # library's names otherwise). Read here, in every spelling argparse accepts (`--bf16 auto`, `--bf16=auto`, a bare
+    # `--bf16`), they become defaults that the recipe's own values do not override.
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
     pre.add_argument("--bf16", type=bf16_option, nargs="?", const=True)
+    pre.add_argument("--lr_scheduler_type")
     known, rest = pre.parse_known_args(argv)
     parser = HfArgumentParser(
         (RecipeArguments, Seq2SeqTrainingArguments),
@@ -171,6 +174,11 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         parser.set_defaults(**values)
     if known.bf16 is not None:
         parser.set_defaults(bf16=known.bf16)
+    schedule = known.lr_scheduler_type or parser.get_default("lr_scheduler_type")
+    if schedule == BUDGET_SCHEDULE:
+        parser.set_defaults(lr_scheduler_type=budget_schedule_arguments()["lr_scheduler_type"])
+    elif known.lr_scheduler_type:
+        parser.set_defaults(lr_scheduler_type=known.lr_scheduler_type)
     processes = launched_processes()
     cpu_only = not torch.accelerator.is_available()
     if cpu_only:
@@ -180,6 +188,10 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq
         # AVX512-BF16 or AMX ("Your setup doesn't support bf16/gpu. You need to assign use_cpu").
         parser.set_defaults(use_cpu=True)
     recipe, training_args = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    if schedule == BUDGET_SCHEDULE:  # the marker the trainer reads, beside the kwargs the recipe or the command gave
+        training_args.lr_scheduler_kwargs = budget_schedule_arguments(training_args.lr_scheduler_kwargs)[
+            "lr_scheduler_kwargs"
+        ]
     refuse_split_batches(training_args.accelerator_config.split_batches)  # before the corpus is read
     if cpu_only and processes > 1 and not training_args.use_cpu:
         raise ValueError(

@@ -24,6 +24,10 @@ from .train_state import CLOCK_SYNC_UPDATES, TrainState
 
 logger = logging.getLogger(__name__)
 
+# The budget schedule's name in a recipe and on the command line: `lr_scheduler_type: budget`. The Trainer's
+# arguments take only the library's schedule names, so it reaches them as the library's name with this marker in
+# `lr_scheduler_kwargs` ({"schedule": "budget"}), which a plain Trainer refuses rather than reads as its own.
+BUDGET_SCHEDULE = "budget"
 DECAY_TYPES = ("linear", "cosine", "1-sqrt")
 # The decay's share of the budget where a recipe names none (Hägele et al. decay over the last 20%).
 DEFAULT_DECAY_SHARE = 0.2
@@ -107,18 +111,34 @@ def budget_lr_factor(step: int, budget: TrainState, warmup_steps: int, decay_typ
     return min(warmup, min_lr_ratio + (1 - min_lr_ratio) * decay_factor(remaining, decay_type))
 
 
+def budget_schedule_arguments(lr_scheduler_kwargs: dict | None = None) -> dict:
+    """The training arguments that ask for the budget schedule (what `lr_scheduler_type: budget` in a recipe gives),
+    with its own `lr_scheduler_kwargs` (`decay_share`, `decay_type`, `min_lr_ratio`)."""
+    kwargs = {**(lr_scheduler_kwargs or {}), "schedule": BUDGET_SCHEDULE}
+    return {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": kwargs}
+
+
 def uses_budget_schedule(args) -> bool:
-    """Whether the training arguments ask for this schedule: `lr_scheduler_type: warmup_stable_decay` without the
-    library's `num_decay_steps` (its own schedule, counted in updates, which it requires)."""
+    """Whether the training arguments ask for the budget schedule (`budget_schedule_arguments`). The library's
+    `warmup_stable_decay` keeps its meaning, a decay counted in updates, and needs its `num_decay_steps`: asked for
+    without it, or with the budget schedule's `decay_share`, it is refused naming both schedules."""
     kwargs = args.lr_scheduler_kwargs or {}
-    if args.lr_scheduler_type != "warmup_stable_decay" or "num_decay_steps" in kwargs:
-        if "decay_share" in kwargs:
+    if kwargs.get("schedule") == BUDGET_SCHEDULE:
+        if args.lr_scheduler_type != "warmup_stable_decay" or "num_decay_steps" in kwargs:
             raise ValueError(
-                "lr_scheduler_kwargs: decay_share belongs to the budget schedule (lr_scheduler_type "
-                "warmup_stable_decay without num_decay_steps); drop one of decay_share and num_decay_steps."
+                "lr_scheduler_kwargs schedule: budget asks for the budget schedule, which decays over the last "
+                "decay_share of the time or updates: drop num_decay_steps (and write lr_scheduler_type: budget)."
             )
-        return False
-    return True
+        return True
+    if "decay_share" in kwargs or (
+        args.lr_scheduler_type == "warmup_stable_decay" and "num_decay_steps" not in kwargs
+    ):
+        raise ValueError(
+            "lr_scheduler_type warmup_stable_decay is the library's schedule, whose decay is counted in updates: give "
+            "lr_scheduler_kwargs num_decay_steps. For the budget schedule, which decays over the last decay_share of "
+            "--max_train_minutes or max_steps, write lr_scheduler_type: budget."
+        )
+    return False
 
 
 def budget_decay_share(args) -> float:

@@ -44,9 +44,9 @@ STAGING_DIR = ".incomplete-checkpoints"
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` whose training batches come from a `TokenBudgetBatchSampler`, with a budget in wall time
-    (`max_train_minutes`) as well as in updates, and the budget's schedule (`budget.py`) for
-    `lr_scheduler_type="warmup_stable_decay"` without `num_decay_steps`. With `measure_source_use`,
-    every evaluation also reports `eval_nll`, `eval_nll_shuffled_source` and `eval_source_use`
+    (`max_train_minutes`) as well as in updates, and the budget's schedule (`budget.py`) for the training arguments
+    of `budget.budget_schedule_arguments` (`lr_scheduler_type: budget` in a recipe). With `measure_source_use`, every
+    evaluation also reports `eval_nll`, `eval_nll_shuffled_source` and `eval_source_use`
     (`metrics.source_use_metrics`), which `SourceNeglectCallback` watches.
 
     Checkpoints are atomic: `checkpoint-N` is written under `<output_dir>/.incomplete-checkpoints/` and renamed into
@@ -153,7 +153,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if self.lr_scheduler is not None:
             return super().create_scheduler(num_training_steps, optimizer)
         if uses_budget_schedule(self.args):
-            kwargs = {k: v for k, v in (self.args.lr_scheduler_kwargs or {}).items() if k != "decay_share"}
+            kwargs = self.args.lr_scheduler_kwargs or {}
+            kwargs = {key: value for key, value in kwargs.items() if key not in ("decay_share", "schedule")}
             warmup = self.args.get_warmup_steps(num_training_steps)
             self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.train_state, warmup, **kwargs)
             self.made_budget_schedule = True
