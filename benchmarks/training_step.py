@@ -35,6 +35,7 @@ from benchmarks.synthetic import build_models
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 from hf_vanilla.training import TokenBudgetSeq2SeqTrainer
+from hf_vanilla.training.arguments import parse_arguments
 from hf_vanilla.training.recipe import seq2seq_collator
 
 
@@ -51,10 +52,12 @@ SHAPES = {
     ),
     "base": dict(d_model=512, layers=6, heads=8, ffn=2048),
 }
-# The main job's settings that decide what an update computes, as configs/quickstart.yaml gives them.
-RECIPE_KEYS = ["label_smoothing_factor", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay"]
-RECIPE_KEYS += ["adam_beta1", "adam_beta2", "adam_epsilon", "seed", "dataloader_num_workers"]
-RECIPE = {key: QUICKSTART[key] for key in RECIPE_KEYS}
+# The main job's settings that decide what an update computes, as the train command reads configs/quickstart.yaml
+# (its `lr_scheduler_type: budget` is the budget schedule's name, which the command turns into the Trainer's).
+RECIPE_KEYS = ["label_smoothing_factor", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps"]
+RECIPE_KEYS += ["weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "seed", "dataloader_num_workers"]
+_, QUICKSTART_ARGUMENTS = parse_arguments(["--config", str(ROOT / "configs" / "quickstart.yaml")])
+RECIPE = {key: getattr(QUICKSTART_ARGUMENTS, key) for key in RECIPE_KEYS}
 VOCAB_SIZE, MAX_TOKENS = QUICKSTART["vocab_size"], QUICKSTART["max_tokens"]
 
 
