@@ -291,6 +291,14 @@ def render_published_record(name: str = "wu2021-published-cpu.json") -> str:
     return table(document) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_same_run(name: str = "same-run-cpu.json") -> str:
+    """An uninterrupted run before and after a change: what differs, update by update."""
+    from benchmarks.same_run import table
+
+    document = load(name)
+    return table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_test_command(name: str = "test-command-cpu.json") -> str:
     """One line: how long the README's test command took on a fresh clone, installs and tests apart."""
     document = load(name)
@@ -390,6 +398,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "published-record": render_published_record,
+    "same-run": render_same_run,
     "test-command": render_test_command,
     "random-order": render_random_order,
     "fsdp-teardown": render_fsdp_teardown,
