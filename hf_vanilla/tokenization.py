@@ -22,9 +22,8 @@ def train_bpe_tokenizer(
     texts: Iterable[str], vocab_size: int = 10000, min_frequency: int = 2, show_progress: bool = True
 ) -> PreTrainedTokenizerFast:
     """Learn one BPE vocabulary of `vocab_size` entries (special tokens included) over source and target text."""
-    special = list(SPECIAL_TOKENS.values())
-    if vocab_size <= len(special) + 256:
-        minimum = len(special) + 256  # special tokens + the 256 byte symbols
+    special, minimum = list(SPECIAL_TOKENS.values()), len(SPECIAL_TOKENS) + 256  # and the 256 byte symbols
+    if vocab_size <= minimum:
         raise ValueError(f"`vocab_size` must exceed {minimum}, got {vocab_size}.")
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -37,6 +36,11 @@ def train_bpe_tokenizer(
         show_progress=show_progress,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    return with_end_of_sequence(tokenizer)
+
+
+def with_end_of_sequence(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
+    """A trained `tokenizer` that appends `</s>` to every sequence, wrapped with the special tokens."""
     eos = SPECIAL_TOKENS["eos_token"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]

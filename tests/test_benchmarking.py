@@ -108,3 +108,24 @@ def test_durations_add_up_per_file_and_ci_phases_run_from_step_to_step(tmp_path)
     log.write_text("== Install (0 s into CI)\n== Tests (130 s into CI)\n")
     with pytest.raises(SystemExit, match="not the log of a CI run that passed"):
         ci_phases(log)
+
+
+def test_the_subword_nmt_bpe_makes_exactly_the_merges_asked_within_words(tmp_path):
+    """By hand: the words ab (3 times), cd (2) and ca (1) start as a b</w>, c d</w> and c a</w>: 7 symbols (a, b, c,
+    d and the word-final a</w>, b</w>, d</w>). Two merges are a + b</w> (3), then c + d</w> (2), never c + a</w>
+    (seen once), and never across a space; a character never met is unknown. Saved and loaded, it decodes back."""
+    from transformers import AutoTokenizer
+
+    from benchmarks.subword_nmt_bpe import alphabet_size, train_subword_nmt_bpe
+
+    texts = ["ab ab ab cd", "cd ca"]
+    assert alphabet_size(texts) == 7
+    train_subword_nmt_bpe(texts, merges=2).save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tokenizer) == 4 + 7 + 2
+    assert tokenizer.tokenize("ab cd ca a b cab abd") == [
+        "ab</w>", "cd</w>", "c", "a</w>", "a</w>", "b</w>", "c", "ab</w>", "a", "b", "d</w>",
+    ]  # fmt: skip
+    assert tokenizer.tokenize("e") == ["<unk>"]
+    ids = tokenizer("ab cd ca")["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id and tokenizer.decode(ids, skip_special_tokens=True) == "ab cd ca"
