@@ -104,6 +104,44 @@ def table(document: dict) -> str:
     return markdown(header, rows)
 
 
+def seed_row(what: str, runs: list[dict], machine: str, seconds: str, signature: str) -> list[str]:
+    """One row of `beside_ours`: the runs' seeds, updates, training minutes and test2016 BLEU, each and their mean."""
+    bleu = [run["test"]["test_bleu"] for run in runs]
+    return [
+        what,
+        " / ".join(str(run["seed"]) for run in runs),
+        " / ".join(str(run["updates"]) for run in runs),
+        " / ".join(f"{run[seconds] / 60:.0f}" for run in runs),
+        machine.split(";")[0],
+        " / ".join(f"{value:.2f}" for value in bleu),
+        f"**{sum(bleu) / len(bleu):.2f}**",
+        f"`{signature}`".replace("|", "\\|"),  # a bare | would end the table cell
+    ]
+
+
+def beside_ours(record: dict, main_job: dict) -> str:
+    """The paper's score, then the recipe as published run here (the seeds that ended), then the main job at each of
+    its budgets: the table a reader of a reimplementation looks for first."""
+    rows = [
+        ["Wu et al. 2021 (paper; fairseq)", "-", "at most 8000", "-", "2 GPUs", f"{PUBLISHED_BLEU:.2f}",
+         f"**{PUBLISHED_BLEU:.2f}**", "fairseq's BLEU4 on the lowercased tokenised references (as `tok:none` here)"],
+    ]  # fmt: skip
+    ended = [run for run in record["results"] if run["ended"] and "test" in run]
+    for trained_on in sorted({run["trained_on"] for run in ended}):
+        runs = [run for run in ended if run["trained_on"] == trained_on]
+        signature = runs[0]["test"]["bleu_signature"]
+        rows.append(seed_row("their recipe as published, here", runs, trained_on, "train_seconds", signature))
+    runs = [run for run in main_job["results"] if not run["bf16"]]
+    for minutes in sorted({run["minutes"] for run in runs}):
+        budget = sorted((run for run in runs if run["minutes"] == minutes), key=lambda run: run["seed"])
+        what = f"the main job, {minutes:g} minutes"
+        rows.append(
+            seed_row(what, budget, main_job["machine"]["hardware"], "train_wall_s", budget[0]["bleu_signature"])
+        )
+    header = ["run", "seeds", "updates", "training minutes", "machine", "test2016 BLEU", "mean", "BLEU signature"]
+    return markdown(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", nargs=2, action="append", metavar=("SEED", "DIR"), required=True)

@@ -291,6 +291,17 @@ def render_published_record(name: str = "wu2021-published-cpu.json") -> str:
     return table(document) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_published_beside_ours(
+    record: str = "wu2021-published-cpu.json", main_job: str = "quickstart-budget-cpu.json"
+) -> str:
+    """The paper's score beside the published recipe as run here and the main job."""
+    from benchmarks.published_record import beside_ours
+
+    documents = {record: load(record), main_job: load(main_job)}
+    sources = [provenance(document, name) for name, document in documents.items()]
+    return "\n\n".join([beside_ours(*documents.values()), *sources]) + "\n"
+
+
 def render_same_run(name: str = "same-run-cpu.json") -> str:
     """An uninterrupted run before and after a change: what differs, update by update."""
     from benchmarks.same_run import table
@@ -398,6 +409,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "published-record": render_published_record,
+    "published-beside-ours": render_published_beside_ours,
     "same-run": render_same_run,
     "test-command": render_test_command,
     "random-order": render_random_order,

@@ -39,3 +39,32 @@ def test_every_json_in_docs_results_is_rendered_into_the_docs():
     rendered = "".join(report.render(path.read_text()) for path in report.DOCUMENTS)
     unread = [path.name for path in report.RESULTS.glob("*.json") if f"docs/results/{path.name}" not in rendered]
     assert not unread, unread
+
+
+def test_the_published_record_sits_beside_every_seed_that_ended_and_each_budget_of_the_main_job():
+    from benchmarks.published_record import beside_ours
+
+    signature = "nrefs:1|tok:none"
+    seed = {
+        "ended": True,
+        "trained_on": "CPU X; 1 process(es)",
+        "train_seconds": 600,
+        "test": {"bleu_signature": signature},
+    }
+    record = {
+        "results": [
+            {**seed, "seed": 1, "updates": 40, "test": {**seed["test"], "test_bleu": 40.0}},
+            {**seed, "seed": 2, "updates": 50, "test": {**seed["test"], "test_bleu": 41.0}},
+            {**seed, "seed": 3, "updates": 9, "ended": False, "test": {**seed["test"], "test_bleu": 1.0}},
+        ]
+    }
+    job = {"bf16": False, "minutes": 10, "train_wall_s": 600, "bleu_signature": "tok:13a", "test": {"test_bleu": 35.0}}
+    main_job = {"machine": {"hardware": "CPU Y; 1 process(es)"}, "results": [{**job, "seed": 1, "updates": 1250}]}
+    lines = beside_ours(record, main_job).splitlines()
+    assert lines[2].startswith("| Wu et al. 2021") and "**41.02**" in lines[2]
+    assert lines[3] == (
+        "| their recipe as published, here | 1 / 2 | 40 / 50 | 10 / 10 | CPU X | 40.00 / 41.00 | **40.50** | "
+        "`nrefs:1\\|tok:none` |"
+    )  # the run that has not ended is left out; a | of the signature cannot end the cell
+    assert lines[4] == "| the main job, 10 minutes | 1 | 1250 | 10 | CPU Y | 35.00 | **35.00** | `tok:13a` |"
+    assert len(lines) == 5
