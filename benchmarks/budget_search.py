@@ -1,25 +1,37 @@
-"""The quickstart recipe searched for a time budget, on the validation split only.
+"""A recipe searched for a time budget, on the validation split only.
 
     python -m benchmarks.budget_search --updates 800 --arms wsd wsd-decay0.6 --json docs/results/budget-search-cpu.json
+    python -m benchmarks.budget_search --config configs/quickstart.yaml --options "--data multi30k-tok" \
+        --updates 6000 --arms model.dropout=0.1 model.dropout=0.3,label_smoothing_factor=0.2
 
-Each arm is the README's main job (`configs/quickstart.yaml`) with some options changed, trained for `--minutes` of
-wall time or for `--updates` updates. A machine's speed drifts from one run to the next, so arms that cost the same per
-update compare best at equal updates: the count a budget buys on the machine. Evaluation during training is off, so
-that every arm spends its budget on updates alone; at the end the recipe scores its last and its averaged weights on
-the whole validation split (greedy) and keeps the better: that score is the arm's. The test split is cut to 8
-sentences: nothing here looks at it. Arms run one after another, sharing the data cache; nothing else should share the
-machine. `--json` is rewritten after every run, adding to what it already holds.
+Each arm is a recipe (`--config`, default the README's main job, `configs/quickstart.yaml`, with `--options` added to
+every arm) with some options changed, trained for `--minutes` of wall time or for `--updates` updates. An arm is one
+of `ARMS` by name, or written out: `key=value` pairs joined by commas, each a recipe option (`max_tokens=4096`) or,
+as `model.key=value`, a field of the recipe's model preset (`model.dropout=0.3`). A machine's speed drifts from one
+run to the next, so arms that cost the same per update compare best at equal updates: the count a budget buys on the
+machine. Evaluation during training is off, so that every arm spends its budget on updates alone; at the end the
+recipe scores its last and its averaged weights on the whole validation split (greedy) and keeps the better: that
+score is the arm's. The test split is cut to 8 sentences: nothing here looks at it. Arms run one after another,
+sharing the data cache; with `--minutes`, nothing else should share the machine; with `--updates` and `--threads 1`,
+two searches run side by side alike. `--json` is rewritten after every run, adding to what it already holds.
 """
 
 import argparse
+import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from benchmarks import ROOT, markdown, record
+
+
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 
 # Options over configs/quickstart.yaml. "today" is the recipe of d6f7dae: inverse square root with 400 updates of
@@ -53,32 +65,59 @@ SEARCH = ["--eval_strategy", "no", "--max_eval_examples", "1014", "--max_test_ex
 SEARCH += ["--translate_examples", "0", "--report_to", "none", "--disable_tqdm", "true"]
 
 
-def arm_options(arm: str, scratch: Path) -> list[str]:
-    """The arm's options; for an arm that changes the model preset, the changed preset is written into `scratch`."""
-    if arm not in MODEL_CHANGES:
-        return ARMS[arm]
-    preset = json.loads((ROOT / "configs" / "quickstart_model.json").read_text()) | MODEL_CHANGES[arm]
-    path = scratch / f"{arm}-model.json"
-    path.write_text(json.dumps(preset))
-    return [*ARMS[arm], "--model_config", str(path)]
+def arm_changes(arm: str) -> tuple[list[str], dict]:
+    """The recipe options and the model preset's fields an arm changes: a named arm's, or those it spells out."""
+    if arm in ARMS:
+        return ARMS[arm], MODEL_CHANGES.get(arm, {})
+    options, model = [], {}
+    for change in arm.split(","):
+        key, separator, value = change.partition("=")
+        if not separator or not key:
+            raise ValueError(f"arm {arm!r}: {change!r} is not key=value; known arms: {sorted(ARMS)}")
+        if key.startswith("model."):
+            model[key.removeprefix("model.")] = yaml.safe_load(value)
+        else:
+            options += [f"--{key}", value]
+    return options, model
+
+
+def arm_options(arm: str, config: Path, scratch: Path) -> list[str]:
+    """The arm's options; for an arm that changes the model preset of `config`, the changed preset is written into
+    `scratch`."""
+    options, model = arm_changes(arm)
+    if not model:
+        return options
+    preset_path = ROOT / yaml.safe_load(config.read_text())["model_config"]
+    path = scratch / f"{hashlib.sha256(arm.encode()).hexdigest()[:12]}-model.json"
+    path.write_text(json.dumps(json.loads(preset_path.read_text()) | model))
+    return [*options, "--model_config", str(path)]
 
 
 def describe(arm: str) -> str:
-    changes = " ".join(f"{key}={value}" for key, value in MODEL_CHANGES.get(arm, {}).items())
-    return " ".join(ARMS[arm]) + (f" (model preset: {changes})" if changes else "")
+    options, model = arm_changes(arm)
+    changes = " ".join(f"{key}={value}" for key, value in model.items())
+    return " ".join(options) + (f" (model preset: {changes})" if changes else "")
 
 
-def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output: Path, threads: int | None) -> dict:
-    """Train one arm for `budget` (minutes, or else updates) on `threads` threads (default: torch's choice); what
-    its validation split says of the kept weights."""
+def run_arm(
+    arm: str,
+    seed: int,
+    budget: tuple[float | None, int | None],
+    output: Path,
+    threads: int | None,
+    config: Path = QUICKSTART,
+    common: list[str] = (),
+) -> dict:
+    """Train one arm of the recipe `config` (with the `common` options) for `budget` (minutes, or else updates) on
+    `threads` threads (default: torch's choice); what its validation split says of the kept weights."""
     minutes, updates = budget
     limit = (
         ["--max_train_minutes", str(minutes)]
         if minutes
         else ["--max_steps", str(updates), "--max_train_minutes", "600"]
     )
-    options = [*limit, "--seed", str(seed), *SEARCH, *arm_options(arm, output.parent)]
-    command = [sys.executable, "-m", "hf_vanilla", "train", "--config", "configs/quickstart.yaml", *options]
+    options = [*limit, "--seed", str(seed), *SEARCH, *common, *arm_options(arm, config, output.parent)]
+    command = [sys.executable, "-m", "hf_vanilla", "train", "--config", str(config), *options]
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -89,7 +128,7 @@ def run_arm(arm: str, seed: int, budget: tuple[float | None, int | None], output
     validation = {name: scores.get(f"validation_bleu_{name}") for name in ("last", "averaged")}
     return {
         "arm": arm,
-        "options": describe(arm),
+        "options": " ".join([*common, describe(arm)]),
         "seed": seed,
         "minutes": minutes,
         "max_steps": None if minutes else updates,
@@ -121,21 +160,27 @@ def search_table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), required=True)
+    parser.add_argument("--arms", nargs="+", required=True, help=f"named ({', '.join(ARMS)}) or key=value,...")
+    parser.add_argument("--config", type=Path, default=QUICKSTART, help="the recipe the arms change")
+    parser.add_argument("--options", default="", help="recipe options every arm gets, as one string")
     parser.add_argument("--minutes", type=float, nargs="+", default=[])
     parser.add_argument("--updates", type=int, nargs="+", default=[])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--threads", type=int, help="threads per run: 1 for two searches side by side")
     args = parser.parse_args()
+    for arm in args.arms:
+        arm_changes(arm)  # a misspelt arm stops here, not after the runs before it
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         budgets = [(minutes, None) for minutes in args.minutes] + [(None, updates) for updates in args.updates]
         for budget in budgets:
             for seed in args.seeds:
                 for arm in args.arms:
-                    output = Path(scratch) / f"{arm}-{budget[0] or budget[1]}-seed{seed}"
-                    document = record("benchmarks.budget_search", [run_arm(arm, seed, budget, output, args.threads)])
+                    name = hashlib.sha256(f"{args.options} {arm}".encode()).hexdigest()[:12]
+                    output = Path(scratch) / f"{name}-{budget[0] or budget[1]}-seed{seed}"
+                    run = run_arm(arm, seed, budget, output, args.threads, args.config, shlex.split(args.options))
+                    document = record("benchmarks.budget_search", [run])
                     run = document["results"][0] | {"command": document["command"], "commit": document["commit"]}
                     results.append(run)
                     print(json.dumps(run), flush=True)

@@ -129,3 +129,18 @@ def test_the_subword_nmt_bpe_makes_exactly_the_merges_asked_within_words(tmp_pat
     assert tokenizer.tokenize("e") == ["<unk>"]
     ids = tokenizer("ab cd ca")["input_ids"]
     assert ids[-1] == tokenizer.eos_token_id and tokenizer.decode(ids, skip_special_tokens=True) == "ab cd ca"
+
+
+def test_a_search_arm_spelt_out_changes_recipe_options_and_the_recipes_own_model_preset(tmp_path):
+    import json
+
+    from benchmarks.budget_search import QUICKSTART, arm_changes, arm_options
+
+    arm = "model.dropout=0.3,max_tokens=4096,model.encoder_layers=6"
+    assert arm_changes(arm) == (["--max_tokens", "4096"], {"dropout": 0.3, "encoder_layers": 6})
+    options = arm_options(arm, QUICKSTART, tmp_path)
+    assert options[:3] == ["--max_tokens", "4096", "--model_config"]
+    preset = json.loads(Path(options[3]).read_text())
+    assert (preset["dropout"], preset["encoder_layers"], preset["d_model"]) == (0.3, 6, 128)  # the rest: the recipe's
+    with pytest.raises(ValueError, match="'dropout' is not key=value"):
+        arm_changes("dropout")
