@@ -298,6 +298,15 @@ def test_metric_equals_sacrebleu(tokenize, lowercase):
     assert (scores["bp"], scores["sys_len"], scores["ref_len"]) == (expected.bp, expected.sys_len, expected.ref_len)
 
 
+@pytest.mark.parametrize("tokenize, warned", [("13a", True), ("none", False)])
+def test_only_scores_of_detokenised_text_warn_of_tokenised_text(tokenize, warned, caplog):
+    """sacreBLEU warns where 100 lines end in a spaced-off period: useful for raw text, noise for `tokenize="none"`,
+    which scores Moses-tokenised text by intent (at every evaluation of the published recipe)."""
+    tokenised = ["ein mann läuft über die straße ."] * 120
+    TranslationMetric(tokenize=tokenize).compute(predictions=tokenised, references=[[line] for line in tokenised])
+    assert ("forgot to detokenize" in caplog.text) == warned
+
+
 def test_compute_metrics_maps_minus_100_to_padding(small_tokenizer):
     tokenizer = small_tokenizer
     encoded = tokenizer(HYPOTHESES, padding=True)["input_ids"]

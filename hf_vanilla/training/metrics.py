@@ -40,7 +40,9 @@ class TranslationMetric(evaluate.Metric):
         from sacrebleu.metrics import BLEU, CHRF
 
         streams = [list(stream) for stream in zip(*references, strict=True)]
-        bleu = BLEU(tokenize=self.tokenize, lowercase=self.lowercase)
+        # `tokenize="none"` scores text tokenised already (Moses-tokenised references), so sacreBLEU's warning that
+        # the text looks tokenised, repeated at every evaluation, says nothing; the score and signature are the same
+        bleu = BLEU(tokenize=self.tokenize, lowercase=self.lowercase, force=self.tokenize == "none")
         chrf = CHRF(lowercase=self.lowercase)
         bleu_score, chrf_score = bleu.corpus_score(predictions, streams), chrf.corpus_score(predictions, streams)
         return {
