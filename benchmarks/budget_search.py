@@ -96,7 +96,7 @@ def arm_options(arm: str, config: Path, scratch: Path) -> list[str]:
 def describe(arm: str) -> str:
     options, model = arm_changes(arm)
     changes = " ".join(f"{key}={value}" for key, value in model.items())
-    return " ".join(options) + (f" (model preset: {changes})" if changes else "")
+    return " ".join([*options, *([f"(model preset: {changes})"] if changes else [])])
 
 
 def run_arm(
