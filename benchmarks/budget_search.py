@@ -24,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -106,7 +107,7 @@ def run_arm(
     output: Path,
     threads: int | None,
     config: Path = QUICKSTART,
-    common: list[str] = (),
+    common: Sequence[str] = (),
 ) -> dict:
     """Train one arm of the recipe `config` (with the `common` options) for `budget` (minutes, or else updates) on
     `threads` threads (default: torch's choice); what its validation split says of the kept weights."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from hf_vanilla.data import BUNDLED_CORPORA
+from hf_vanilla.data import BUNDLED_CORPORA, find_split_file
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import SPECIAL_TOKENS, with_end_of_sequence
 
@@ -59,7 +59,7 @@ def main() -> None:
     texts = [
         line
         for language in args.languages
-        for line in stream_lines(folder / (pattern.format(split="train", lang=language) + ".gz"))
+        for line in stream_lines(find_split_file(folder, "train", language, pattern))
     ]
     tokenizer = train_subword_nmt_bpe(texts, args.merges)
     tokenizer.save_pretrained(args.output)
