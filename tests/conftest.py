@@ -117,7 +117,8 @@ def word_budget_trainer(
     output_dir, max_tokens: int, pairs: int = 64, callbacks=(), trainer_options=None, dropout: float = 0.0, **arguments
 ):
     """A `TokenBudgetSeq2SeqTrainer` of a tiny model on `pairs` synthetic pairs (2 to 7 tokens and an end of
-    sequence), every update logged, no checkpoint but those asked for: what the schedule tests train."""
+    sequence), every update logged, no checkpoint but those asked for (`arguments` may set a save strategy): what the
+    schedule tests train."""
     from datasets import Dataset
     from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
@@ -130,7 +131,7 @@ def word_budget_trainer(
     torch.manual_seed(0)
     model = make_model(dropout=dropout, vocab_size=48)
     settings = {"use_cpu": True, "report_to": [], "logging_steps": 1, "save_strategy": "no", "disable_tqdm": True}
-    args = Seq2SeqTrainingArguments(output_dir=str(output_dir), seed=3, **settings, **arguments)
+    args = Seq2SeqTrainingArguments(output_dir=str(output_dir), seed=3, **{**settings, **arguments})
     return TokenBudgetSeq2SeqTrainer(
         model=model,
         args=args,

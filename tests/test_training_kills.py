@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from transformers import EarlyStoppingCallback, TrainerCallback
 
+from hf_vanilla.training.callbacks import StopOnSigtermCallback
 from hf_vanilla.training.train_state import read_train_state
 
+from .conftest import word_budget_trainer
 from .test_training_e2e import ENV, ROOT, SMOKE_COMMAND, WORKER, run
 
 
@@ -154,3 +157,61 @@ def test_a_sigterm_that_reaches_one_process_stops_every_process_at_the_same_upda
     assert job.returncode == 143, stderr[-3000:]
     stopped_at = logged_loss_steps(log)[-1]
     assert 3 <= stopped_at < 30 and (output / f"checkpoint-{stopped_at}").is_dir()
+
+
+class SigtermAt(TrainerCallback):
+    """Sends this process SIGTERM at the end of update `step`, as a scheduler preempting the job does."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def epoch_run(output: Path, *callbacks: TrainerCallback, resume: bool = False):
+    """Three epochs of 11 updates, evaluated and saved at each epoch's end, the best by validation loss kept and
+    early stopping on (patience 1), as the published recipe runs; the SIGTERM stop is the recipe's."""
+    from datasets import Dataset
+
+    rows = [[4 + 3 * i + j for j in range(2 + i % 4)] + [2] for i in range(8)]
+    lengths = list(map(len, rows))
+    validation = Dataset.from_dict(
+        {"input_ids": rows, "labels": rows, "source_length": lengths, "target_length": lengths}
+    )
+    early_stopping = EarlyStoppingCallback(early_stopping_patience=1)
+    trainer = word_budget_trainer(
+        output, max_tokens=36, callbacks=[*callbacks, StopOnSigtermCallback(), early_stopping],
+        trainer_options={"eval_dataset": validation}, num_train_epochs=3, learning_rate=1e-3,
+        eval_strategy="epoch", save_strategy="epoch", metric_for_best_model="loss", load_best_model_at_end=True,
+    )  # fmt: skip
+    trainer.train(resume_from_checkpoint=resume or None)
+    return trainer
+
+
+def evaluations(log_history: list[dict]) -> list[tuple[int, float]]:
+    return [(entry["step"], entry["eval_loss"]) for entry in log_history if "eval_loss" in entry]
+
+
+def test_a_sigterm_in_mid_epoch_neither_evaluates_nor_counts_in_patience(tmp_path):
+    """The library ends the epoch a stop breaks off as a whole one, evaluating part of an epoch: that evaluation
+    counted in early stopping's patience and could become the best checkpoint, so a resumed run ended elsewhere than
+    the uninterrupted one. Interrupted at update 16 (epoch 1 of 0-2) and resumed, the run evaluates where and what the
+    uninterrupted run does."""
+    whole = epoch_run(tmp_path / "whole")
+    expected = evaluations(whole.state.log_history)
+    assert [step for step, _ in expected] == [11, 22, 33]
+
+    stopped = epoch_run(tmp_path / "part", SigtermAt(16))
+    assert stopped.state.global_step == 16
+    saved = json.loads((tmp_path / "part" / "checkpoint-16" / "trainer_state.json").read_text())
+    assert [step for step, _ in evaluations(saved["log_history"])] == [11], "no evaluation of a part of an epoch"
+    patience = saved["stateful_callbacks"]["EarlyStoppingCallback"]["attributes"]["early_stopping_patience_counter"]
+    assert patience == 0
+    resumed = epoch_run(tmp_path / "part", resume=True)
+    got = evaluations(resumed.state.log_history)
+    assert [step for step, _ in got] == [11, 22, 33]
+    for (_, loss), (_, expected_loss) in zip(got, expected, strict=True):
+        assert loss == pytest.approx(expected_loss, abs=1e-6)
+    assert Path(resumed.state.best_model_checkpoint).name == Path(whole.state.best_model_checkpoint).name

@@ -210,6 +210,14 @@ class StopOnSigtermCallback(TrainerCallback):
             control.should_training_stop = True
             self.stopped_at = state.global_step
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        # The library ends the epoch the stop broke off as a whole one: with eval_strategy and save_strategy "epoch" it
+        # would evaluate a part of an epoch and save again. That evaluation would count in early stopping's patience
+        # and in the best checkpoint, so the resumed run would end elsewhere than the uninterrupted one. The
+        # checkpoint was saved at the update; the epoch's evaluation comes at its real end, after the resume.
+        if self.stopped_at is not None:
+            control.should_evaluate = control.should_save = False
+
     def on_train_end(self, args, state, control, **kwargs):
         signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
 
