@@ -54,7 +54,8 @@ def describe_run(seed: int, run_dir: Path, train_args: str = "") -> dict:
         "trained_on": scores["hardware"] if scores else machine()["hardware"],
         "ended": scores is not None,
         "updates": scores["global_step"] if scores else int(checkpoints[-1].name.split("-")[1]) if checkpoints else 0,
-        "train_seconds": scores["train_wall_seconds"] if scores else clock and clock["train_seconds"],
+        # The run's training clock, over every session of it: the scores' train_wall_seconds is the last session's
+        "train_seconds": clock and clock["train_seconds"],
         "validation": validation,
         "lowest_loss_epoch": epoch_ends[best]["epoch"] if best is not None else None,
         "epochs_since_lowest_loss": len(epoch_ends) - 1 - best if best is not None else None,

@@ -144,3 +144,29 @@ def test_a_search_arm_spelt_out_changes_recipe_options_and_the_recipes_own_model
     assert (preset["dropout"], preset["encoder_layers"], preset["d_model"]) == (0.3, 6, 128)  # the rest: the recipe's
     with pytest.raises(ValueError, match="'dropout' is not key=value"):
         arm_changes("dropout")
+
+
+def test_the_published_record_counts_the_training_of_every_session_of_a_resumed_run(tmp_path):
+    """A run stopped and resumed: its scores carry the last session's training time, its clock the whole run's."""
+    import json
+
+    from transformers import TrainerState
+
+    from benchmarks.published_record import describe_run
+
+    log = ["step,epoch,name,value"]
+    for step, epoch, loss in ((58, 1.0, 3.0), (90, 1.55, 2.9), (116, 2.0, 2.5), (174, 3.0, 2.6)):
+        log += [f"{step},{epoch},eval_loss,{loss}", f"{step},{epoch},eval_bleu,{30 + loss}"]
+    (tmp_path / "log.csv").write_text("\n".join(log) + "\n")
+    checkpoint = tmp_path / "checkpoint-174"
+    checkpoint.mkdir()
+    clock = {"TrainState": {"args": {}, "attributes": {"train_seconds": 3600.0, "progress": 1.0}}}
+    TrainerState(global_step=174, stateful_callbacks=clock).save_to_json(str(checkpoint / "trainer_state.json"))
+    scores = {"global_step": 174, "train_wall_seconds": 600.0, "hardware": "CPU X; 1 process(es)"}
+    scores |= {"test_bleu": 40.0, "test_chrf": 60.0, "bleu_signature": "tok:none", "final_weights": "averaged"}
+    (tmp_path / "test_scores.json").write_text(json.dumps(scores))
+
+    run = describe_run(1, tmp_path)
+    assert run["train_seconds"] == 3600.0 and run["updates"] == 174 and run["ended"]
+    # patience counts the epochs' ends, not the mid-epoch evaluation at update 90
+    assert (run["lowest_loss_epoch"], run["epochs_since_lowest_loss"]) == (2.0, 1)
