@@ -76,6 +76,14 @@ class RecipeArguments:
         default=None,
         metadata={"help": "set the peak learning rate by the paper's formula: scale * d_model^-0.5 * warmup^-0.5"},
     )
+    muon: bool = field(
+        default=False,
+        metadata={
+            "help": "train the layers' 2-D weight matrices with Muon (torch.optim.Muon, updates scaled to AdamW's), "
+            "the embeddings, norms and biases with AdamW: one learning rate, schedule, weight decay, betas and "
+            "epsilon (the training arguments') for both; optim is then not used"
+        },
+    )
     average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
     final_weights: str = field(
         default="better",

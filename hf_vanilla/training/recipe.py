@@ -255,6 +255,7 @@ def build_trainer(
         max_train_minutes=recipe.max_train_minutes,
         decay_saves=recipe.average_last,
         dropout_min_epochs=recipe.dropout_min_epochs,
+        muon=recipe.muon,
     )
 
 

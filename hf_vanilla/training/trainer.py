@@ -30,6 +30,7 @@ from .budget import BudgetDropout, budget_decay_share, budget_schedule, uses_bud
 from .callbacks import EpochPosition
 from .launcher import CPU_PROCESSES_VARIABLE
 from .metrics import source_use_metrics, source_use_totals
+from .optimizers import muon_with_adamw
 from .resume import at_schedule_step
 from .train_state import TrainState
 
@@ -62,9 +63,11 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         max_train_minutes: float | None = None,
         decay_saves: int = 0,
         dropout_min_epochs: float | None = None,
+        muon: bool = False,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        self.muon = muon
         refuse_split_batches(self.accelerator.split_batches)
         self.max_tokens = max_tokens
         # Where the run stands, asked by this trainer, read by the schedules and callbacks, saved with every checkpoint
@@ -83,6 +86,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.label_smoother = None
         if isinstance(self.processing_class, PreTrainedTokenizerBase):
             check_tokenizer_matches_model(self.processing_class, self.model.config)
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """The library's optimizer (`optim`), or with `muon` Muon for the 2-D weight matrices and AdamW for the rest
+        (`optimizers.muon_with_adamw`)."""
+        if not self.muon:
+            return super().create_optimizer(model)
+        if self.optimizer is None:
+            self.optimizer = muon_with_adamw(self.model if model is None else model, self.args)
+        return self.optimizer
 
     def main_process_value(self, value: float) -> float:
         """`value` as the main process has it, on every process (a collective: all of them call it together)."""
