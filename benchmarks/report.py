@@ -283,6 +283,14 @@ def render_cpu_processes(name: str = "cpu-processes-cpu.json") -> str:
     return rate_table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_optimizer_step(name: str = "optimizer-step-cpu.json") -> str:
+    """The main job's update with AdamW against Muon for the 2-D weights, in the same run."""
+    from benchmarks.optimizer_step import table
+
+    document = load(name)
+    return table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_published_record(name: str = "wu2021-published-cpu.json") -> str:
     """Wu et al. 2021's recipe as published: the paper's score, then each seed as far as it got."""
     from benchmarks.published_record import table
@@ -408,6 +416,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "cpu-processes": render_cpu_processes,
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
+    "optimizer-step": render_optimizer_step,
     "published-record": render_published_record,
     "published-beside-ours": render_published_beside_ours,
     "same-run": render_same_run,

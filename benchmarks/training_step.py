@@ -76,7 +76,10 @@ def multi30k_pairs(tokenizer, pairs: int) -> Dataset:
     )
 
 
-def trainer_for(model, tokenizer, dataset: Dataset, args: Seq2SeqTrainingArguments) -> TokenBudgetSeq2SeqTrainer:
+def trainer_for(
+    model, tokenizer, dataset: Dataset, args: Seq2SeqTrainingArguments, **options
+) -> TokenBudgetSeq2SeqTrainer:
+    """The main job's trainer for `model`; `options` are further `TokenBudgetSeq2SeqTrainer` arguments."""
     return TokenBudgetSeq2SeqTrainer(
         model=model.train(),
         args=args,
@@ -84,6 +87,7 @@ def trainer_for(model, tokenizer, dataset: Dataset, args: Seq2SeqTrainingArgumen
         data_collator=seq2seq_collator(tokenizer, model, args),
         max_tokens=MAX_TOKENS,
         measure_source_use=False,
+        **options,
     )
 
 
