@@ -416,6 +416,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "cpu-processes": render_cpu_processes,
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
+    "hour-search": functools.partial(render_budget_search, "hour-search-cpu.json"),
     "optimizer-step": render_optimizer_step,
     "published-record": render_published_record,
     "published-beside-ours": render_published_beside_ours,
