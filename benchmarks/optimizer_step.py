@@ -16,26 +16,19 @@ import json
 import statistics
 import tempfile
 
-import torch
 from transformers import Seq2SeqTrainingArguments
 
 from benchmarks import markdown, record
 from benchmarks.benchmark import alternate
-from benchmarks.synthetic import build_models
-from benchmarks.training_step import MULTI30K, RECIPE, SHAPES, VOCAB_SIZE, multi30k_pairs, trainer_for, update_steps
-from hf_vanilla.text_files import stream_lines
-from hf_vanilla.tokenization import train_bpe_tokenizer
+from benchmarks.training_step import RECIPE, SHAPES, main_job_setting, trainer_for, update_steps
 
 
 def run(threads: int, repeats: int, batches: int) -> dict:
-    torch.set_num_threads(threads)
-    sources = list(stream_lines(MULTI30K / "train.en.gz")) + list(stream_lines(MULTI30K / "train.de.gz"))
-    tokenizer = train_bpe_tokenizer(sources, VOCAB_SIZE, show_progress=False)
-    model = build_models({**SHAPES["quickstart"], "vocab": len(tokenizer)}, "cpu", torch.float32)["ours"]
+    tokenizer, models, dataset = main_job_setting("quickstart", threads)
+    model = models["ours"]
     steps = {}
     with tempfile.TemporaryDirectory() as output:
         args = Seq2SeqTrainingArguments(output_dir=output, use_cpu=True, report_to=[], **RECIPE)
-        dataset = multi30k_pairs(tokenizer, pairs=4000)
         for name, muon in (("adamw", False), ("muon", True)):
             trainer = trainer_for(copy.deepcopy(model), tokenizer, dataset, args, muon=muon)
             chosen = list(itertools.islice(trainer.get_train_dataloader(), batches))

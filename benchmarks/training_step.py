@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 import yaml
 from datasets import Dataset
-from transformers import Seq2SeqTrainingArguments
+from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from benchmarks import ROOT, markdown, record
 from benchmarks.benchmark import alternate, timed
@@ -141,17 +141,24 @@ def operator_shares(fn: Callable[[], None], rows: int = 12) -> list[dict]:
     ]
 
 
-def run(shape: str, threads: int, repeats: int, batches: int, optim: str, compile_models: bool = False) -> dict:
+def main_job_setting(shape: str, threads: int) -> tuple[PreTrainedTokenizerBase, dict[str, torch.nn.Module], Dataset]:
+    """torch on `threads`; the main job's BPE of Multi30k's training text (both sides); ours and Marian of `shape`
+    over it, freshly initialised; and the first 4000 training pairs tokenized, where the benchmarks' batches come
+    from."""
     torch.set_num_threads(threads)
     sources = list(stream_lines(MULTI30K / "train.en.gz")) + list(stream_lines(MULTI30K / "train.de.gz"))
     tokenizer = train_bpe_tokenizer(sources, VOCAB_SIZE, show_progress=False)
     models = build_models({**SHAPES[shape], "vocab": len(tokenizer)}, "cpu", torch.float32)
+    return tokenizer, models, multi30k_pairs(tokenizer, pairs=4000)
+
+
+def run(shape: str, threads: int, repeats: int, batches: int, optim: str, compile_models: bool = False) -> dict:
+    tokenizer, models, dataset = main_job_setting(shape, threads)
     steps, flops, first_call = {}, {}, {}
     with tempfile.TemporaryDirectory() as output:
         args = Seq2SeqTrainingArguments(
             output_dir=output, use_cpu=True, report_to=[], optim=optim, torch_compile=compile_models, **RECIPE
         )
-        dataset = multi30k_pairs(tokenizer, pairs=4000)
         trainers = {name: trainer_for(model, tokenizer, dataset, args) for name, model in models.items()}
         # the same batches for both: our loader's first ones (the collators agree: both start decoding from id 1)
         chosen = list(itertools.islice(trainers["ours"].get_train_dataloader(), batches))
