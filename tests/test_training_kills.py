@@ -226,3 +226,12 @@ def test_a_sigterm_in_mid_epoch_neither_evaluates_nor_counts_in_patience(tmp_pat
     for (_, loss), (_, expected_loss) in zip(got, expected, strict=True):
         assert loss == pytest.approx(expected_loss, abs=1e-6)
     assert Path(resumed.state.best_model_checkpoint).name == Path(whole.state.best_model_checkpoint).name
+
+
+def test_the_trainer_makes_every_stop_callback_ask_every_process(tmp_path):
+    """A stop callback that a user hands the trainer asks the trainer's collective, not its own process alone: one
+    that decided alone would stop while the others trained on, waiting for it in their next collective."""
+    stop = StopOnSigtermCallback()
+    trainer = word_budget_trainer(tmp_path, max_tokens=36, callbacks=[stop], max_steps=1)
+    trainer.train()
+    assert stop.agree == trainer.any_process

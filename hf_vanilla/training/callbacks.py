@@ -189,7 +189,8 @@ class StopOnSigtermCallback(TrainerCallback):
     before it acts and does not tell the caller that the stop came from the signal; `run_training` needs to know,
     so that it exits instead of going on to the test evaluation. Every process stops at the same update: each one
     asks `agree` (the trainer's collective, `any_process`) whether any of them has received the signal, since the
-    signal reaches them at different moments and a process that went on alone would wait for the others forever."""
+    signal reaches them at different moments and a process that went on alone would wait for the others forever.
+    `TokenBudgetSeq2SeqTrainer.train` sets `agree` for every such callback it holds; alone it is `bool`."""
 
     def __init__(self):
         self.received = False

@@ -287,7 +287,6 @@ def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransfo
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
     """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
     sigterm = next(c for c in callbacks if isinstance(c, StopOnSigtermCallback))
-    sigterm.agree = trainer.any_process
     trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
     if sigterm.stopped_at is not None:
         raise TrainingInterrupted(sigterm.stopped_at, output_dir)

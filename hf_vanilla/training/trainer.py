@@ -27,7 +27,7 @@ from ..configuration_vanilla import VanillaTransformerConfig
 from ..pipeline_vanilla import check_tokenizer_matches_model
 from .batching import EpochSettingRows, TokenBudgetBatchSampler, pair_lengths, refuse_split_batches
 from .budget import BudgetDropout, budget_decay_share, budget_schedule, uses_budget_schedule
-from .callbacks import EpochPosition
+from .callbacks import EpochPosition, StopOnSigtermCallback
 from .launcher import CPU_PROCESSES_VARIABLE
 from .metrics import source_use_metrics, source_use_totals
 from .optimizers import muon_with_adamw
@@ -153,6 +153,11 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.lr_scheduler, self.made_budget_schedule = None, False
         if checkpoint:
             self.train_state.resume_from(Path(checkpoint), self.args.ignore_data_skip, self.max_tokens)
+        # A SIGTERM reaches the processes at different moments: each stop callback asks all of them, so that every
+        # process stops at the same update (one that stopped alone would leave the others waiting in a collective).
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, StopOnSigtermCallback):
+                callback.agree = self.any_process
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
