@@ -418,6 +418,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "hour-search": functools.partial(render_budget_search, "hour-search-cpu.json"),
     "budget-search-muon": functools.partial(render_budget_search, "budget-search-muon-cpu.json"),
+    "budget-search-muon-10min": functools.partial(render_budget_search, "budget-search-muon-10min-cpu.json"),
     "optimizer-step": render_optimizer_step,
     "published-record": render_published_record,
     "published-beside-ours": render_published_beside_ours,
