@@ -60,11 +60,14 @@ def test_the_published_record_sits_beside_every_seed_that_ended_and_each_budget_
     }
     job = {"bf16": False, "minutes": 10, "train_wall_s": 600, "bleu_signature": "tok:13a", "test": {"test_bleu": 35.0}}
     main_job = {"machine": {"hardware": "CPU Y; 1 process(es)"}, "results": [{**job, "seed": 1, "updates": 1250}]}
-    lines = beside_ours(record, main_job).splitlines()
+    hour = {"config": "configs/multi30k_record.yaml", "results": [{**seed, "seed": 7, "updates": 60}]}
+    hour["results"][0]["test"] = {**seed["test"], "test_bleu": 42.0}
+    lines = beside_ours([record, hour], main_job).splitlines()
     assert lines[2].startswith("| Wu et al. 2021") and "**41.02**" in lines[2]
     assert lines[3] == (
         "| their recipe as published, here | 1 / 2 | 40 / 50 | 10 / 10 | CPU X | 40.00 / 41.00 | **40.50** | "
         "`nrefs:1\\|tok:none` |"
     )  # the run that has not ended is left out; a | of the signature cannot end the cell
-    assert lines[4] == "| the main job, 10 minutes | 1 | 1250 | 10 | CPU Y | 35.00 | **35.00** | `tok:13a` |"
-    assert len(lines) == 5
+    assert lines[4] == "| our hour recipe, here | 7 | 60 | 10 | CPU X | 42.00 | **42.00** | `nrefs:1\\|tok:none` |"
+    assert lines[5] == "| the main job, 10 minutes | 1 | 1250 | 10 | CPU Y | 35.00 | **35.00** | `tok:13a` |"
+    assert len(lines) == 6
