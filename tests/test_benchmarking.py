@@ -170,3 +170,16 @@ def test_the_published_record_counts_the_training_of_every_session_of_a_resumed_
     assert run["train_seconds"] == 3600.0 and run["updates"] == 174 and run["ended"]
     # patience counts the epochs' ends, not the mid-epoch evaluation at update 90
     assert (run["lowest_loss_epoch"], run["epochs_since_lowest_loss"]) == (2.0, 1)
+
+
+def test_a_recipes_pace_carries_to_the_reference_machine_as_a_share_of_the_main_jobs():
+    from benchmarks.recipe_pace import table
+
+    main_job = {"recipe": "main", "config": "configs/quickstart.yaml", "options": "--dropout_min_epochs 1000"}
+    hour = {"recipe": "hour", "config": "configs/multi30k_record.yaml", "options": ""}
+    document = {"results": [{**main_job, "max_steps": 3000, "updates_per_minute": 165.0},
+                            {**hour, "max_steps": 6000, "updates_per_minute": 132.0}]}  # fmt: skip
+    rows = table(document).splitlines()[2:]
+    # 132 / 165 = 0.8 of the main job's pace; 6000 updates at 0.8 x 125 a minute take 60 minutes
+    assert rows[1] == "| hour | `configs/multi30k_record.yaml` | 132.0 | 0.80 | 6000 in 60 min |"
+    assert rows[0] == "| main | `configs/quickstart.yaml --dropout_min_epochs 1000` | 165.0 | 1.00 | 3000 in 24 min |"
