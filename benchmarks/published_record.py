@@ -116,6 +116,24 @@ def table(document: dict) -> str:
     return markdown(header, rows)
 
 
+def hour_table(document: dict) -> str:
+    """Our hour recipe's seeds: updates, training clock, the validation BLEU (greedy, the whole split) of the last and
+    the averaged weights, which of them it kept, and the kept weights' test2016 BLEU (beam 5)."""
+    rows = []
+    for run in document["results"]:
+        test = run.get("test", {})
+        validation = [test.get(f"validation_bleu_{weights}") for weights in ("last", "averaged")]
+        rows.append([
+            str(run["seed"]), str(run["updates"]), run["trained_on"].split(";")[0],
+            f"{run['train_seconds'] / 60:.0f}" if run["train_seconds"] else "-",
+            *(f"{value:.2f}" if value is not None else "-" for value in validation),
+            test.get("final_weights", "-"), f"{test['test_bleu']:.2f}" if test else "not ended",
+        ])  # fmt: skip
+    header = ["seed", "updates", "machine", "training minutes", "validation BLEU, last", "validation BLEU, averaged",
+              "kept", "test2016 BLEU (tok, lc)"]  # fmt: skip
+    return markdown(header, rows)
+
+
 def seed_row(what: str, runs: list[dict], machine: str, seconds: str, signature: str) -> list[str]:
     """One row of `beside_ours`: the runs' seeds, updates, training minutes and test2016 BLEU, each and their mean."""
     bleu = [run["test"]["test_bleu"] for run in runs]

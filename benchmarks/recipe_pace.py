@@ -63,15 +63,17 @@ def measure(name: str, config: str, options: list[str], work: Path, local: list[
 
 
 def table(document: dict) -> str:
-    """Each recipe's pace here, its share of the main job's, and what its `max_steps` take on the reference."""
-    main = document["results"][0]["updates_per_minute"]
+    """Each recipe's pace here, its share of the main job's (the first result), and what its `max_steps` take on the
+    reference machine."""
+    main, *recipes = document["results"]
     rows = []
     for result in document["results"]:
-        share = result["updates_per_minute"] / main
+        share = result["updates_per_minute"] / main["updates_per_minute"]
         reference = result["max_steps"] / (REFERENCE_MAIN_JOB_PACE * share)
+        # The main job, bounded by its minutes, is the yardstick: its updates a minute there are the reference's
+        on_reference = f"{result['max_steps']} in {reference:.0f} min" if result in recipes else "the yardstick"
         rows.append([result["recipe"], f"`{' '.join([result['config'], result['options']]).strip()}`",
-                     f"{result['updates_per_minute']:.1f}", f"{share:.2f}",
-                     f"{result['max_steps']} in {reference:.0f} min"])  # fmt: skip
+                     f"{result['updates_per_minute']:.1f}", f"{share:.2f}", on_reference])  # fmt: skip
     header = ["recipe", "command's config and options", "updates a minute here, alone", "of the main job's",
               f"on the reference machine (main job {REFERENCE_MAIN_JOB_PACE:g} a minute)"]  # fmt: skip
     return markdown(header, rows)

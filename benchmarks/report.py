@@ -299,6 +299,22 @@ def render_published_record(name: str = "wu2021-published-cpu.json") -> str:
     return table(document) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_hour_record(name: str = "hour-record-cpu.json") -> str:
+    """Our hour recipe's seeds, each with the validation scores that chose its weights."""
+    from benchmarks.published_record import hour_table
+
+    document = load(name)
+    return hour_table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
+def render_recipe_pace(name: str = "recipe-pace-cpu.json") -> str:
+    """A recipe's updates a minute beside the main job's, alone here, and its minutes on the reference machine."""
+    from benchmarks.recipe_pace import table
+
+    document = load(name)
+    return table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_published_beside_ours(
     records: tuple[str, ...] = ("wu2021-published-cpu.json",), main_job: str = "quickstart-budget-cpu.json"
 ) -> str:
@@ -421,7 +437,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search-muon-10min": functools.partial(render_budget_search, "budget-search-muon-10min-cpu.json"),
     "optimizer-step": render_optimizer_step,
     "published-record": render_published_record,
-    "published-beside-ours": render_published_beside_ours,
+    "published-beside-ours": functools.partial(
+        render_published_beside_ours, ("wu2021-published-cpu.json", "hour-record-cpu.json")
+    ),
+    "hour-record": render_hour_record,
+    "recipe-pace": render_recipe_pace,
     "same-run": render_same_run,
     "test-command": render_test_command,
     "random-order": render_random_order,

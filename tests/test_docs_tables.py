@@ -71,3 +71,15 @@ def test_the_published_record_sits_beside_every_seed_that_ended_and_each_budget_
     assert lines[4] == "| our hour recipe, here | 7 | 60 | 10 | CPU X | 42.00 | **42.00** | `nrefs:1\\|tok:none` |"
     assert lines[5] == "| the main job, 10 minutes | 1 | 1250 | 10 | CPU Y | 35.00 | **35.00** | `tok:13a` |"
     assert len(lines) == 6
+
+
+def test_the_hour_records_rows_say_which_weights_the_validation_split_kept():
+    from benchmarks.published_record import hour_table
+
+    scores = {"test_bleu": 41.5, "final_weights": "last", "validation_bleu_last": 40.7}
+    scores["validation_bleu_averaged"] = 40.1
+    ended = {"seed": 1, "updates": 6000, "trained_on": "CPU X; 1 process(es)", "train_seconds": 3600, "test": scores}
+    going = {"seed": 2, "updates": 250, "trained_on": "CPU X; 1 process(es)", "train_seconds": None}
+    rows = hour_table({"results": [ended, going]}).splitlines()[2:]
+    assert rows[0] == "| 1 | 6000 | CPU X | 60 | 40.70 | 40.10 | last | 41.50 |"
+    assert rows[1] == "| 2 | 250 | CPU X | - | - | - | - | not ended |"
