@@ -4,6 +4,8 @@ its output folder.
 
     python -m benchmarks.published_record --run 1 runs/wu2021-seed1 --run 2 runs/wu2021-seed2 \\
         --checkout CLONE --json docs/results/wu2021-published-cpu.json
+    python -m benchmarks.published_record --config configs/multi30k_record.yaml --run 3 runs/record-seed3 \\
+        --checkout CLONE --keep docs/results/hour-record-cpu.json --json docs/results/hour-record-cpu.json
 
 Each run is `hf-vanilla train --config CONFIG --seed SEED --output_dir DIR`, run from the checkout `--checkout` (its
 commit is recorded). For each: its validation loss and greedy BLEU at every epoch's end
@@ -12,7 +14,8 @@ commit is recorded). For each: its validation loss and greedy BLEU at every epoc
 BLEU with beam 5 on the averaged last 10 epochs, scored as the paper scores (sacreBLEU `tokenize=none` on the
 lowercased tokenised files: the signature says so). A run still going, or stopped before its end, is recorded as far as
 it got. The hour recipe evaluates nothing during training; its validation split chooses between the last and the
-averaged weights at the end, and both scores are recorded.
+averaged weights at the end, and both scores are recorded. `--keep` carries over the seeds of an earlier record of
+the same recipe that are not run again (their folders may be gone), each with the commit it ran at.
 """
 
 import argparse
@@ -76,6 +79,14 @@ def describe_run(seed: int, run_dir: Path, train_args: str = "", config: str = P
     return result
 
 
+def kept_runs(earlier: dict, config: str, rerun: set[int]) -> list[dict]:
+    """The runs of the record `earlier` whose seeds are not in `rerun`, each marked with the commit it ran at."""
+    recorded = earlier.get("config", PUBLISHED_CONFIG)
+    if recorded != config:
+        raise ValueError(f"--keep: that record is of {recorded}, these runs of {config}; keep a record of {config}")
+    return [{"commit": earlier["commit"]} | run for run in earlier["results"] if run["seed"] not in rerun]
+
+
 def table(document: dict) -> str:
     """The paper's row, then a row per seed: updates, the machine, whether the run ended, the epoch of its lowest
     validation loss and the epochs after it, its last validation BLEU (greedy) and its test BLEU (beam 5, the averaged
@@ -128,9 +139,10 @@ def hour_table(document: dict) -> str:
             f"{run['train_seconds'] / 60:.0f}" if run["train_seconds"] else "-",
             *(f"{value:.2f}" if value is not None else "-" for value in validation),
             test.get("final_weights", "-"), f"{test['test_bleu']:.2f}" if test else "not ended",
+            run.get("commit", document["commit"])[:7],
         ])  # fmt: skip
     header = ["seed", "updates", "machine", "training minutes", "validation BLEU, last", "validation BLEU, averaged",
-              "kept", "test2016 BLEU (tok, lc)"]  # fmt: skip
+              "kept", "test2016 BLEU (tok, lc)", "commit"]  # fmt: skip
     return markdown(header, rows)
 
 
@@ -180,11 +192,19 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, required=True, help="the checkout the runs ran from")
     parser.add_argument("--config", default=PUBLISHED_CONFIG, choices=list(RECIPE_NAMES), help="the runs' recipe")
     parser.add_argument("--train-args", default="", help="what each run's command added to the config's recipe")
+    parser.add_argument("--keep", type=Path, help="an earlier record of the recipe: its seeds not run here are kept")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     results = [describe_run(int(seed), Path(folder), args.train_args, args.config) for seed, folder in args.run]
     document = record("benchmarks.published_record", results, checkout=args.checkout)
     document |= {"published_bleu": PUBLISHED_BLEU, "config": args.config}
+    if args.keep:
+        earlier = json.loads(args.keep.read_text())
+        kept = kept_runs(earlier, args.config, {run["seed"] for run in results})
+        document["results"] = sorted(kept + results, key=lambda run: run["seed"])
+        # The commands that recorded the kept seeds, earliest first
+        recorded_by = {"command": earlier["command"], "commit": earlier["commit"]}
+        document["kept_from"] = [*earlier.get("kept_from", []), recorded_by]
     args.json.write_text(json.dumps(document, indent=1) + "\n")
     for result in results:
         print(

@@ -80,6 +80,19 @@ def test_the_hour_records_rows_say_which_weights_the_validation_split_kept():
     scores["validation_bleu_averaged"] = 40.1
     ended = {"seed": 1, "updates": 6000, "trained_on": "CPU X; 1 process(es)", "train_seconds": 3600, "test": scores}
     going = {"seed": 2, "updates": 250, "trained_on": "CPU X; 1 process(es)", "train_seconds": None}
-    rows = hour_table({"results": [ended, going]}).splitlines()[2:]
-    assert rows[0] == "| 1 | 6000 | CPU X | 60 | 40.70 | 40.10 | last | 41.50 |"
-    assert rows[1] == "| 2 | 250 | CPU X | - | - | - | - | not ended |"
+    rows = hour_table({"commit": "b" * 40, "results": [{"commit": "a" * 40} | ended, going]}).splitlines()[2:]
+    # a seed kept from an earlier record names its own commit; the others, the record's
+    assert rows[0] == "| 1 | 6000 | CPU X | 60 | 40.70 | 40.10 | last | 41.50 | aaaaaaa |"
+    assert rows[1] == "| 2 | 250 | CPU X | - | - | - | - | not ended | bbbbbbb |"
+
+
+def test_a_record_keeps_the_earlier_seeds_that_were_not_run_again_with_their_commit():
+    from benchmarks.published_record import kept_runs
+
+    earlier = {"config": "configs/multi30k_record.yaml", "commit": "c1", "results": [{"seed": 1}, {"seed": 2}]}
+    assert kept_runs(earlier, "configs/multi30k_record.yaml", {2, 3}) == [{"seed": 1, "commit": "c1"}]
+    # a run kept twice keeps the commit it ran at, not the one of the record that kept it
+    earlier["results"][0]["commit"] = "c0"
+    assert kept_runs(earlier, "configs/multi30k_record.yaml", {3})[0]["commit"] == "c0"
+    with pytest.raises(ValueError, match="that record is of configs/multi30k_record.yaml"):
+        kept_runs(earlier, "configs/multi30k_wu2021.yaml", {3})
