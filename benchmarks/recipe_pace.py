@@ -9,11 +9,14 @@ The recipes train one after the other, with nothing else running, each as a user
 (`configs/multi30k_record.yaml`) on its BPE, made first as its README line makes it. Each is stopped by SIGTERM once
 it has saved checkpoint-500; its pace is the updates from checkpoint-250 to checkpoint-500 over its training clock
 between them, past the warmup and the dropout decision (update 200) and with the evaluations and saves the run makes.
-The ratio of the two paces, measured in one run, carries to the reference machine.
+The ratio of the two paces, measured in one run, carries to the reference machine. An arm of the hour recipe is
+measured in its place: `--merges` for its BPE, `--options` added to its command (`--options "--max_steps 6800"`: the
+updates it would make).
 """
 
 import argparse
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,6 +42,14 @@ def clock_at(output: Path, step: int) -> float | None:
     return read_train_state(state.parent)["train_seconds"] if state.is_file() else None
 
 
+def max_steps_of(config: str, options: list[str]) -> int:
+    """The budget in updates of `config` run with `options`: the last `--max_steps` of them, as on a command line."""
+    given = argparse.ArgumentParser(add_help=False)
+    given.add_argument("--max_steps", type=int)
+    steps = given.parse_known_args(options)[0].max_steps
+    return steps if steps is not None else yaml.safe_load((ROOT / config).read_text())["max_steps"]
+
+
 def measure(name: str, config: str, options: list[str], work: Path, local: list[str], timeout: float = 1800) -> dict:
     """Train `config` with `options` (and the `local` paths, not recorded) into `work` until checkpoint-500 is saved,
     stop it, and read its pace."""
@@ -57,7 +68,7 @@ def measure(name: str, config: str, options: list[str], work: Path, local: list[
         job.wait()
     seconds = clock_at(output, WINDOW[1]) - clock_at(output, WINDOW[0])
     updates = WINDOW[1] - WINDOW[0]
-    max_steps = yaml.safe_load((ROOT / config).read_text())["max_steps"]
+    max_steps = max_steps_of(config, options)
     result = {"recipe": name, "config": config, "options": " ".join(options), "max_steps": max_steps}
     return result | {"window": list(WINDOW), "seconds": seconds, "updates_per_minute": 60 * updates / seconds}
 
@@ -66,14 +77,19 @@ def table(document: dict) -> str:
     """Each recipe's pace here, its share of the main job's (the first result), and what its `max_steps` take on the
     reference machine."""
     main, *recipes = document["results"]
-    rows = []
-    for result in document["results"]:
+
+    def row(result: dict, on_reference: str) -> list[str]:
         share = result["updates_per_minute"] / main["updates_per_minute"]
-        reference = result["max_steps"] / (REFERENCE_MAIN_JOB_PACE * share)
-        # The main job, bounded by its minutes, is the yardstick: its updates a minute there are the reference's
-        on_reference = f"{result['max_steps']} in {reference:.0f} min" if result in recipes else "the yardstick"
-        rows.append([result["recipe"], f"`{' '.join([result['config'], result['options']]).strip()}`",
-                     f"{result['updates_per_minute']:.1f}", f"{share:.2f}", on_reference])  # fmt: skip
+        return [result["recipe"], f"`{' '.join([result['config'], result['options']]).strip()}`",
+                f"{result['updates_per_minute']:.1f}", f"{share:.2f}", on_reference]  # fmt: skip
+
+    # The main job, bounded by its minutes, is the yardstick: its updates a minute there are the reference's
+    rows = [row(main, "the yardstick")]
+    for result in recipes:
+        minutes = result["max_steps"] / (
+            REFERENCE_MAIN_JOB_PACE * result["updates_per_minute"] / main["updates_per_minute"]
+        )
+        rows.append(row(result, f"{result['max_steps']} in {minutes:.0f} min"))
     header = ["recipe", "command's config and options", "updates a minute here, alone", "of the main job's",
               f"on the reference machine (main job {REFERENCE_MAIN_JOB_PACE:g} a minute)"]  # fmt: skip
     return markdown(header, rows)
@@ -81,14 +97,20 @@ def table(document: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--merges", type=int, default=10000, help="the merges of the hour recipe's BPE")
+    parser.add_argument("--options", default="", help="options added to the hour recipe, as one string")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
+    name, config, options = HOUR_RECIPE
+    # An arm of the hour recipe is named by what it changes; its BPE is made as the recipe's README line makes it
+    arm = [f"{args.merges} merges"] * (args.merges != 10000) + [args.options] * bool(args.options)
+    hour_recipe = (", ".join([name, *arm]), config, [*options, *shlex.split(args.options)])
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        tokenizer = work / "subword-nmt-10k"
-        bpe = [sys.executable, "-m", "benchmarks.subword_nmt_bpe", "--merges", "10000", "--output", str(tokenizer)]
-        subprocess.run(bpe, cwd=ROOT, check=True)
-        results = [measure(*MAIN_JOB, work, []), measure(*HOUR_RECIPE, work, ["--tokenizer", str(tokenizer)])]
+        tokenizer = work / f"subword-nmt-{args.merges}"
+        bpe = [sys.executable, "-m", "benchmarks.subword_nmt_bpe", "--merges", str(args.merges)]
+        subprocess.run([*bpe, "--output", str(tokenizer)], cwd=ROOT, check=True)
+        results = [measure(*MAIN_JOB, work, []), measure(*hour_recipe, work, ["--tokenizer", str(tokenizer)])]
     document = record("benchmarks.recipe_pace", results)
     args.json.write_text(json.dumps(document, indent=1) + "\n")
     print(table(document))

@@ -172,6 +172,16 @@ def test_the_published_record_counts_the_training_of_every_session_of_a_resumed_
     assert (run["lowest_loss_epoch"], run["epochs_since_lowest_loss"]) == (2.0, 1)
 
 
+def test_a_recipes_budget_is_its_configs_unless_its_options_change_it_as_a_command_line_would(tmp_path):
+    from benchmarks.recipe_pace import max_steps_of
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text("max_steps: 6000\nseed: 1\n")
+    assert max_steps_of(str(config), ["--seed", "2"]) == 6000  # the config's
+    assert max_steps_of(str(config), ["--max_steps", "6800", "--seed", "2"]) == 6800
+    assert max_steps_of(str(config), ["--max_steps", "900", "--max_steps", "700"]) == 700  # the last, as argparse
+
+
 def test_a_recipes_pace_carries_to_the_reference_machine_as_a_share_of_the_main_jobs():
     from benchmarks.recipe_pace import table
 
