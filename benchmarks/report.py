@@ -433,6 +433,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "budget-search": render_budget_search,
     "budget-search-dropout": functools.partial(render_budget_search, "budget-search-dropout-cpu.json"),
     "hour-search": functools.partial(render_budget_search, "hour-search-cpu.json"),
+    "hour-search-vocab": functools.partial(render_budget_search, "hour-search-vocab-cpu.json"),
     "budget-search-muon": functools.partial(render_budget_search, "budget-search-muon-cpu.json"),
     "budget-search-muon-10min": functools.partial(render_budget_search, "budget-search-muon-10min-cpu.json"),
     "optimizer-step": render_optimizer_step,
