@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from benchmarks import ROOT, markdown, record
+from hf_vanilla.training.arguments import parse_arguments
 from hf_vanilla.training.train_state import read_train_state
 
 
@@ -34,6 +33,7 @@ REFERENCE_MAIN_JOB_PACE = 125.0  # updates a minute of the main job on the refer
 WINDOW = (250, 500)  # the checkpoints whose clocks bound the measured updates
 MAIN_JOB = ("the main job, dropout off", "configs/quickstart.yaml", ["--dropout_min_epochs", "1000"])
 HOUR_RECIPE = ("our hour recipe", "configs/multi30k_record.yaml", [])
+HOUR_RECIPE_MERGES = 10000  # the BPE its README line makes (benchmarks/subword_nmt_bpe.py)
 
 
 def clock_at(output: Path, step: int) -> float | None:
@@ -43,11 +43,8 @@ def clock_at(output: Path, step: int) -> float | None:
 
 
 def max_steps_of(config: str, options: list[str]) -> int:
-    """The budget in updates of `config` run with `options`: the last `--max_steps` of them, as on a command line."""
-    given = argparse.ArgumentParser(add_help=False)
-    given.add_argument("--max_steps", type=int)
-    steps = given.parse_known_args(options)[0].max_steps
-    return steps if steps is not None else yaml.safe_load((ROOT / config).read_text())["max_steps"]
+    """The budget in updates of `config` run with `options`, as `hf-vanilla train` reads them."""
+    return parse_arguments(["--config", str(ROOT / config), *options])[1].max_steps
 
 
 def measure(name: str, config: str, options: list[str], work: Path, local: list[str], timeout: float = 1800) -> dict:
@@ -78,17 +75,17 @@ def table(document: dict) -> str:
     reference machine."""
     main, *recipes = document["results"]
 
+    def share(result: dict) -> float:
+        return result["updates_per_minute"] / main["updates_per_minute"]
+
     def row(result: dict, on_reference: str) -> list[str]:
-        share = result["updates_per_minute"] / main["updates_per_minute"]
         return [result["recipe"], f"`{' '.join([result['config'], result['options']]).strip()}`",
-                f"{result['updates_per_minute']:.1f}", f"{share:.2f}", on_reference]  # fmt: skip
+                f"{result['updates_per_minute']:.1f}", f"{share(result):.2f}", on_reference]  # fmt: skip
 
     # The main job, bounded by its minutes, is the yardstick: its updates a minute there are the reference's
     rows = [row(main, "the yardstick")]
     for result in recipes:
-        minutes = result["max_steps"] / (
-            REFERENCE_MAIN_JOB_PACE * result["updates_per_minute"] / main["updates_per_minute"]
-        )
+        minutes = result["max_steps"] / (REFERENCE_MAIN_JOB_PACE * share(result))
         rows.append(row(result, f"{result['max_steps']} in {minutes:.0f} min"))
     header = ["recipe", "command's config and options", "updates a minute here, alone", "of the main job's",
               f"on the reference machine (main job {REFERENCE_MAIN_JOB_PACE:g} a minute)"]  # fmt: skip
@@ -97,13 +94,13 @@ def table(document: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--merges", type=int, default=10000, help="the merges of the hour recipe's BPE")
+    parser.add_argument("--merges", type=int, default=HOUR_RECIPE_MERGES, help="the merges of the hour recipe's BPE")
     parser.add_argument("--options", default="", help="options added to the hour recipe, as one string")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     name, config, options = HOUR_RECIPE
     # An arm of the hour recipe is named by what it changes; its BPE is made as the recipe's README line makes it
-    arm = [f"{args.merges} merges"] * (args.merges != 10000) + [args.options] * bool(args.options)
+    arm = [f"{args.merges} merges"] * (args.merges != HOUR_RECIPE_MERGES) + [args.options] * bool(args.options)
     hour_recipe = (", ".join([name, *arm]), config, [*options, *shlex.split(args.options)])
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
