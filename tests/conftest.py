@@ -25,7 +25,6 @@ from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
 from .build_cache import built_once
-from .file_order import pytest_collection_modifyitems  # noqa: F401  (the hook, for pytest to find here)
 
 
 def free_port() -> int:

@@ -44,21 +44,3 @@ def test_a_test_that_hangs_is_stopped_with_its_traceback(tmp_path):
     assert result.returncode == 1, result.stdout[-3000:]
     assert "crashed while running 'test_hangs.py::test_waits_for_ever'" in result.stdout, result.stdout[-3000:]
     assert "Timeout (0:00:02)!" in result.stderr and "in test_waits_for_ever" in result.stderr, result.stderr[-3000:]
-
-
-def test_the_files_with_the_most_slow_tests_go_to_the_workers_first(tmp_path):
-    """One worker runs the files in the order pytest-xdist hands them out: the file with two slow tests, then the one
-    with one, then the rest. pytest-xdist's own order (the file with the most tests first) would start with test_a,
-    and so would the order collected."""
-    log = tmp_path / "order.log"
-    record = f"import pytest\ndef record(name): open({str(log)!r}, 'a').write(name + ' ')\n"
-    slow = "@pytest.mark.slow\n"
-    files = {
-        "conftest.py": f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tests.file_order import *  # noqa\n",
-        "test_a_many_quick.py": record + "".join(f"def test_{i}(): record('a')\n" for i in range(3)),
-        "test_b_one_slow.py": record + f"{slow}def test_0(): record('b')\ndef test_1(): record('b')\n",
-        "test_c_two_slow.py": record + f"{slow}def test_0(): record('c')\n{slow}def test_1(): record('c')\n",
-    }
-    result = run_suite_settings_on(files, tmp_path, "-n", "1")
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert log.read_text().split() == ["c", "c", "b", "b", "a", "a", "a"]
