@@ -267,16 +267,12 @@ def render_quickstart_budgets(names: tuple[str, ...] = ("quickstart-d6f7dae-cpu.
     return "\n\n".join([markdown(header, rows), signature, *sources]) + "\n"
 
 
-def render_budget_search(*names: str) -> str:
-    """The recipe search: every arm's validation BLEU per budget, best first, of one search or of several run side by
-    side (each a JSON of its own, named under the table)."""
+def render_budget_search(name: str = "budget-search-cpu.json") -> str:
+    """The recipe search: every arm's validation BLEU per budget, best first."""
     from benchmarks.budget_search import search_table
 
-    names = names or ("budget-search-cpu.json",)
-    documents = [load(name) for name in names]
-    results = [result for document in documents for result in document["results"]]
-    sources = "\n".join(provenance(document, name) for document, name in zip(documents, names, strict=True))
-    return search_table(results) + "\n\n" + sources + "\n"
+    document = load(name)
+    return search_table(document["results"]) + "\n\n" + provenance(document, name) + "\n"
 
 
 def render_cpu_processes(name: str = "cpu-processes-cpu.json") -> str:
