@@ -257,12 +257,31 @@ def launch_two_processes(output: Path, *worker_args: str) -> list[dict]:
     return [json.loads((output / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
+@pytest.fixture(scope="module")
+def three_epochs_on_two_processes_once(tmp_path_factory) -> list[dict]:
+    """The worker under `accelerate launch`, 2 processes of 2 micro-batches an update, 3 whole epochs: each rank's
+    record. Read-only: every test that reads it takes `three_epochs_on_two_processes`, its own copy."""
+    return launch_two_processes(tmp_path_factory.mktemp("whole"), "--epochs", "3", "--save-steps", "1000")
+
+
+@pytest.fixture
+def three_epochs_on_two_processes(three_epochs_on_two_processes_once, own) -> list[dict]:
+    return own(three_epochs_on_two_processes_once)
+
+
+def epochs_of(batches: list, epochs: int) -> list[list]:
+    """A rank's recorded batches cut into its `epochs` epochs (every epoch has as many)."""
+    per_epoch, left = divmod(len(batches), epochs)
+    assert per_epoch and not left, (len(batches), epochs)
+    return [batches[e * per_epoch : (e + 1) * per_epoch] for e in range(epochs)]
+
+
 @pytest.mark.slow
-def test_two_cpu_processes_see_different_batches_and_end_identical(tmp_path):
-    # 6 updates x 2 accumulated micro-batches per rank stay inside the first epoch, where batches never repeat.
-    first, second = launch_two_processes(tmp_path, "--max-steps", "6")
-    assert first["step"] == second["step"] == 6
-    batches = [{tuple(map(tuple, batch)) for batch in rank["batches"]} for rank in (first, second)]
+def test_two_cpu_processes_see_different_batches_and_end_identical(three_epochs_on_two_processes):
+    first, second = three_epochs_on_two_processes
+    assert first["step"] == second["step"] > 0
+    # No batch repeats within an epoch: one that both ranks hold there was trained twice.
+    batches = [{tuple(map(tuple, batch)) for batch in epochs_of(rank["batches"], 3)[0]} for rank in (first, second)]
     assert len(batches[0]) >= 12 and len(batches[1]) >= 12
     assert not batches[0] & batches[1], "ranks must train on different data"
     assert first["weights"] == second["weights"], "DDP keeps the replicas identical"
@@ -297,26 +316,23 @@ def test_two_processes_train_as_one_process_accumulating_the_same_micro_batches(
 
 
 @pytest.mark.slow
-def test_two_cpu_processes_see_every_pair_of_an_epoch_once(tmp_path):
-    first, second = launch_two_processes(tmp_path, "--epochs", "1")
-    seen = [tuple(row) for rank in (first, second) for batch in rank["batches"] for row in batch]
-    assert sorted(seen) == sorted(tuple(row) for row in first["dataset"]), "no pair twice, none lost"
+def test_two_cpu_processes_see_every_pair_of_an_epoch_once(three_epochs_on_two_processes):
+    first, second = three_epochs_on_two_processes
     assert len(first["batches"]) == len(second["batches"]), "the ranks made the same number of steps"
-
-
-def epochs_of(batches: list, epochs: int) -> list[list]:
-    """A rank's recorded batches cut into its `epochs` epochs (every epoch has as many)."""
-    per_epoch, left = divmod(len(batches), epochs)
-    assert per_epoch and not left, (len(batches), epochs)
-    return [batches[e * per_epoch : (e + 1) * per_epoch] for e in range(epochs)]
+    dataset = sorted(tuple(row) for row in first["dataset"])
+    for epoch, batches in enumerate(zip(epochs_of(first["batches"], 3), epochs_of(second["batches"], 3), strict=True)):
+        seen = [tuple(row) for rank in batches for batch in rank for row in batch]
+        assert sorted(seen) == dataset, f"epoch {epoch}: no pair twice, none lost"
 
 
 @pytest.mark.slow
-def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(tmp_path):
+def test_two_processes_reshuffle_every_epoch_and_resume_mid_epoch_in_its_order(
+    three_epochs_on_two_processes, tmp_path
+):
     """Under `accelerate launch`, 3 epochs: every epoch is the sampler's own order for that epoch (what one process
     visits), dealt to the ranks in turn; then a SIGTERM in the middle of epoch 2 and a resume, which must continue
     that epoch's order (Accelerate wraps the sampler once to shard it and once more to skip the trained batches)."""
-    first, second = launch_two_processes(tmp_path / "whole", "--epochs", "3", "--save-steps", "1000")
+    first, second = three_epochs_on_two_processes
     dataset = [tuple(ids) for ids in first["dataset"]]
     lengths = np.asarray([len(ids) for ids in dataset])  # the synthetic pairs' sides are equally long
     # the worker's settings: 2 processes, 2 micro-batches accumulated an update
