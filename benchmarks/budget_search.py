@@ -13,7 +13,9 @@ machine. Evaluation during training is off, so that every arm spends its budget 
 recipe scores its last and its averaged weights on the whole validation split (greedy) and keeps the better: that
 score is the arm's. The test split is cut to 8 sentences: nothing here looks at it. Arms run one after another,
 sharing the data cache; with `--minutes`, nothing else should share the machine; with `--updates` and `--threads 1`,
-two searches run side by side alike. `--json` is rewritten after every run, adding to what it already holds.
+two searches run side by side alike. `--json` is rewritten after every run, adding to what it already holds. Runs
+go to a temporary folder, or to `--workdir`, where a search cut short resumes each run from its last checkpoint:
+a run bounded in updates ends exactly as one never stopped.
 """
 
 import argparse
@@ -100,6 +102,24 @@ def describe(arm: str) -> str:
     return " ".join([*options, *([f"(model preset: {changes})"] if changes else [])])
 
 
+def train_command(
+    arm: str, seed: int, budget: tuple[float | None, int | None], output: Path, config: Path, common: Sequence[str]
+) -> list[str]:
+    """The command that trains one arm of the recipe `config` (with the `common` options) for `budget` (minutes, or
+    else updates) into `output`, from its last checkpoint where an earlier search left some there."""
+    minutes, updates = budget
+    limit = (
+        ["--max_train_minutes", str(minutes)]
+        if minutes
+        else ["--max_steps", str(updates), "--max_train_minutes", "600"]
+    )
+    options = [*limit, "--seed", str(seed), *SEARCH, *common, *arm_options(arm, config, output.parent)]
+    if any(output.glob("checkpoint-*")):
+        options += ["--resume_from_checkpoint", "last"]
+    options += ["--output_dir", str(output)]
+    return [sys.executable, "-m", "hf_vanilla", "train", "--config", str(config), *options]
+
+
 def run_arm(
     arm: str,
     seed: int,
@@ -109,21 +129,13 @@ def run_arm(
     config: Path = QUICKSTART,
     common: Sequence[str] = (),
 ) -> dict:
-    """Train one arm of the recipe `config` (with the `common` options) for `budget` (minutes, or else updates) on
-    `threads` threads (default: torch's choice); what its validation split says of the kept weights."""
-    minutes, updates = budget
-    limit = (
-        ["--max_train_minutes", str(minutes)]
-        if minutes
-        else ["--max_steps", str(updates), "--max_train_minutes", "600"]
-    )
-    options = [*limit, "--seed", str(seed), *SEARCH, *common, *arm_options(arm, config, output.parent)]
-    command = [sys.executable, "-m", "hf_vanilla", "train", "--config", str(config), *options]
+    """Train one arm (`train_command`) on `threads` threads (default: torch's choice); what its validation split says
+    of the kept weights."""
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    with (output.parent / f"{output.name}.log").open("w") as log:
-        subprocess.run([*command, "--output_dir", str(output)], cwd=ROOT, env=env, stdout=log,
+    with (output.parent / f"{output.name}.log").open("a") as log:  # a resumed run's log follows the first part's
+        subprocess.run(train_command(arm, seed, budget, output, config, common), cwd=ROOT, env=env, stdout=log,
                        stderr=subprocess.STDOUT, check=True)  # fmt: skip
     scores = json.loads((output / "test_scores.json").read_text())
     validation = {name: scores.get(f"validation_bleu_{name}") for name in ("last", "averaged")}
@@ -131,8 +143,8 @@ def run_arm(
         "arm": arm,
         "options": " ".join([*common, describe(arm)]),
         "seed": seed,
-        "minutes": minutes,
-        "max_steps": None if minutes else updates,
+        "minutes": budget[0],
+        "max_steps": None if budget[0] else budget[1],
         "updates": scores["global_step"],
         "validation_bleu": max(value for value in validation.values() if value is not None),
         "validation_bleu_last": validation["last"],
@@ -169,17 +181,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--threads", type=int, help="threads per run: 1 for two searches side by side")
+    parser.add_argument("--workdir", type=Path, help="where the runs go and, cut short, resume (default: temporary)")
     args = parser.parse_args()
     for arm in args.arms:
         arm_changes(arm)  # a misspelt arm stops here, not after the runs before it
     results = []
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as temporary:
+        scratch = args.workdir or Path(temporary)
+        scratch.mkdir(parents=True, exist_ok=True)
         budgets = [(minutes, None) for minutes in args.minutes] + [(None, updates) for updates in args.updates]
         for budget in budgets:
             for seed in args.seeds:
                 for arm in args.arms:
                     name = hashlib.sha256(f"{args.options} {arm}".encode()).hexdigest()[:12]
-                    output = Path(scratch) / f"{name}-{budget[0] or budget[1]}-seed{seed}"
+                    output = scratch / f"{name}-{budget[0] or budget[1]}-seed{seed}"
                     run = run_arm(arm, seed, budget, output, args.threads, args.config, shlex.split(args.options))
                     document = record("benchmarks.budget_search", [run])
                     run = document["results"][0] | {"command": document["command"], "commit": document["commit"]}

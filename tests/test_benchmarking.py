@@ -146,6 +146,24 @@ def test_a_search_arm_spelt_out_changes_recipe_options_and_the_recipes_own_model
         arm_changes("dropout")
 
 
+def test_a_search_run_cut_short_resumes_from_its_last_checkpoint_and_a_new_one_starts_afresh(tmp_path):
+    from benchmarks.budget_search import QUICKSTART, train_command
+    from hf_vanilla.training.arguments import parse_arguments, resume_point
+
+    output = tmp_path / "arm-5750-seed1"
+    output.mkdir()
+    command = train_command("learning_rate=0.003", 1, (None, 5750), output, QUICKSTART, ["--max_tokens", "2048"])
+    assert command[1:4] == ["-m", "hf_vanilla", "train"] and "--resume_from_checkpoint" not in command
+    (output / "checkpoint-3250").mkdir()
+    resumed = train_command("learning_rate=0.003", 1, (None, 5750), output, QUICKSTART, ["--max_tokens", "2048"])
+    assert resumed[: len(command) - 2] == command[:-2]  # the same run, continued
+    # as the train command reads it: the same budget, seed and arm, into the same folder, from the last checkpoint
+    recipe, training = parse_arguments(resumed[4:])
+    assert (training.max_steps, training.seed, training.learning_rate) == (5750, 1, 0.003)
+    assert (recipe.max_tokens, training.output_dir) == (2048, str(output))
+    assert resume_point(training.resume_from_checkpoint) is True  # the newest checkpoint in the output folder
+
+
 def test_the_published_record_counts_the_training_of_every_session_of_a_resumed_run(tmp_path):
     """A run stopped and resumed: its scores carry the last session's training time, its clock the whole run's."""
     import json
