@@ -93,11 +93,19 @@ def test_a_mistake_gets_one_line_and_status_2(places, case, capsys, monkeypatch)
     assert last.startswith(f"hf-vanilla {command}: error: ") and message.format(p=places) in last, last
 
 
-def test_debug_shows_the_traceback(places):
+def test_debug_shows_the_traceback(places, monkeypatch):
+    """The executable, as a user runs it, ends with the one line and status 2; with `--debug` or HF_VANILLA_DEBUG=1
+    the error leaves `main` as it was raised, for the interpreter to print with its traceback."""
+    from hf_vanilla.commands import main
+
     missing = str(places / "no_model")
     plain = hf_vanilla("translate", missing)
     last = plain.stderr.strip().splitlines()[-1]
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert last.startswith("hf-vanilla translate: error: "), last
-    assert "Traceback" in hf_vanilla("--debug", "translate", missing).stderr
-    assert "Traceback" in hf_vanilla("translate", missing, env={"HF_VANILLA_DEBUG": "1"}).stderr
+    monkeypatch.delenv("HF_VANILLA_DEBUG", raising=False)
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        main(["--debug", "translate", missing])
+    monkeypatch.setenv("HF_VANILLA_DEBUG", "1")
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        main(["translate", missing])
