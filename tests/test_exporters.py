@@ -116,8 +116,11 @@ def test_bad_input_and_folders_fail_clearly(reversal_model, exported, tmp_path):
         exported_model.generate(input_ids=torch.tensor([[5, EOS]]), output_attentions=True, return_dict_in_generate=1)
     with pytest.raises(ValueError, match="export covers 1024"):
         exported_model.generate(input_ids=torch.full((1, 1025), 5), max_new_tokens=3)
-    with pytest.raises(ValueError, match="export covers 1024"):
-        exported_model.generate(input_ids=torch.tensor([[5, EOS]]), min_new_tokens=1030, max_new_tokens=1030)
+    target_prefix = torch.ones(1, 1020, dtype=torch.long)  # generation reaches position 1025 on its sixth step
+    with pytest.raises(ValueError, match="target reaches 1025 positions, but the export covers 1024"):
+        exported_model.generate(
+            input_ids=torch.tensor([[5, EOS]]), decoder_input_ids=target_prefix, min_new_tokens=10, max_new_tokens=10
+        )
     with pytest.raises(ValueError, match="loss with the PyTorch model"):
         exported_model(input_ids=torch.tensor([[5, EOS]]), labels=torch.tensor([[5, EOS]]))
     with pytest.raises(FileExistsError, match="force"):
