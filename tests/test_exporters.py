@@ -171,7 +171,8 @@ def test_the_library_still_needs_what_export_model_adds(tmp_path):
     token-at-a-time loop."""
     from transformers.exporters import OnnxConfig, OnnxExporter
 
-    model = make_model(attn_implementation="eager")
+    # One layer each: what the library decides is the graphs' components and inputs, whatever the depth.
+    model = make_model(attn_implementation="eager", encoder_layers=1, decoder_layers=1)
     input_ids, attention_mask = padded_batch([[5, 6, 7, EOS], [8, EOS]])
     greedy = model.generation_config
     greedy.update(num_beams=1)
