@@ -19,6 +19,7 @@ a run bounded in updates ends exactly as one never stopped.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -137,14 +138,15 @@ def run_arm(
     with (output.parent / f"{output.name}.log").open("a") as log:  # a resumed run's log follows the first part's
         subprocess.run(train_command(arm, seed, budget, output, config, common), cwd=ROOT, env=env, stdout=log,
                        stderr=subprocess.STDOUT, check=True)  # fmt: skip
+    minutes, updates = budget
     scores = json.loads((output / "test_scores.json").read_text())
     validation = {name: scores.get(f"validation_bleu_{name}") for name in ("last", "averaged")}
     return {
         "arm": arm,
         "options": " ".join([*common, describe(arm)]),
         "seed": seed,
-        "minutes": budget[0],
-        "max_steps": None if budget[0] else budget[1],
+        "minutes": minutes,
+        "max_steps": None if minutes else updates,
         "updates": scores["global_step"],
         "validation_bleu": max(value for value in validation.values() if value is not None),
         "validation_bleu_last": validation["last"],
@@ -186,8 +188,8 @@ def main() -> None:
     for arm in args.arms:
         arm_changes(arm)  # a misspelt arm stops here, not after the runs before it
     results = []
-    with tempfile.TemporaryDirectory() as temporary:
-        scratch = args.workdir or Path(temporary)
+    with contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory() as workdir:
+        scratch = Path(workdir)
         scratch.mkdir(parents=True, exist_ok=True)
         budgets = [(minutes, None) for minutes in args.minutes] + [(None, updates) for updates in args.updates]
         for budget in budgets:
