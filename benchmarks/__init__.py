@@ -5,6 +5,7 @@ machine (CPU model, cores, threads) and the command; `python -m benchmarks.repor
 """
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -35,8 +36,8 @@ def fresh_clone(folder: Path) -> Path:
 
 def record(module: str, results: list, checkout: Path = ROOT, **extra) -> dict:
     """A results document: the machine, the command that wrote it, the commit of `checkout` (the code the results
-    measured) and the results."""
-    command = " ".join(["python -m", module, *sys.argv[1:]])
+    measured) and the results. The command is quoted for the shell, so that it runs again as recorded."""
+    command = shlex.join(["python", "-m", module, *sys.argv[1:]])
     return {"machine": {**machine(), **extra}, "command": command, "commit": commit_of(checkout), "results": results}
 
 

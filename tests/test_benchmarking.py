@@ -146,6 +146,18 @@ def test_a_search_arm_spelt_out_changes_recipe_options_and_the_recipes_own_model
         arm_changes("dropout")
 
 
+def test_a_results_document_records_a_command_that_runs_again_as_written(monkeypatch):
+    """Arguments with spaces, quotes or JSON come back from the recorded command as they were given."""
+    import shlex
+
+    from benchmarks import record
+
+    arguments = ["--arms", 'lr_scheduler_kwargs={"decay_share":0.35}', "--run", "xdist's order", "90b8f9a"]
+    monkeypatch.setattr(sys, "argv", ["budget_search.py", *arguments])
+    command = record("benchmarks.budget_search", [])["command"]
+    assert shlex.split(command) == ["python", "-m", "benchmarks.budget_search", *arguments]
+
+
 def test_a_search_run_cut_short_resumes_from_its_last_checkpoint_and_a_new_one_starts_afresh(tmp_path):
     from benchmarks.budget_search import QUICKSTART, train_command
     from hf_vanilla.training.arguments import parse_arguments, resume_point
