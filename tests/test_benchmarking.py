@@ -16,6 +16,8 @@ from benchmarks.training_step import MULTI30K, RECIPE, multi30k_pairs, trainer_f
 from hf_vanilla.text_files import stream_lines
 from hf_vanilla.tokenization import train_bpe_tokenizer
 
+from .conftest import REVERSAL_SOURCES
+
 
 def test_both_models_generate_the_same_tokens():
     models = build_models("small", "cpu", torch.float32)
@@ -156,6 +158,32 @@ def test_a_results_document_records_a_command_that_runs_again_as_written(monkeyp
     monkeypatch.setattr(sys, "argv", ["budget_search.py", *arguments])
     command = record("benchmarks.budget_search", [])["command"]
     assert shlex.split(command) == ["python", "-m", "benchmarks.budget_search", *arguments]
+
+
+def test_the_decoding_search_scores_a_runs_last_weights_with_each_setting(reversal_model, tmp_path):
+    """A model that reverses every source scores 100 with every setting; a run without averaged weights has no such
+    column; a setting is beam:length_penalty."""
+    from tokenizers import pre_tokenizers
+
+    from benchmarks.decode_search import search_run, setting, table
+
+    model, tokenizer = reversal_model
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # reads "t5 t9 </s>" as 3 tokens
+    model.save_pretrained(tmp_path / "checkpoint-2")
+    tokenizer.save_pretrained(tmp_path / "final")
+    sources = [" ".join(f"t{i}" for i in ids) + " </s>" for ids in REVERSAL_SOURCES[:8]]
+    references = [" ".join(f"t{i}" for i in reversed(ids)) for ids in REVERSAL_SOURCES[:8]]
+    run = search_run(1, tmp_path, [(1, 1.0), (4, 2.0)], sources, references, "none")
+    assert [(entry["weights"], entry["beam"], entry["length_penalty"]) for entry in run["scores"]] == [
+        ("last", 1, 1.0),
+        ("last", 4, 2.0),
+    ]
+    assert [entry["bleu"] for entry in run["scores"]] == pytest.approx([100.0, 100.0])
+    assert "tok:none" in run["bleu_signature"]
+    assert "| 4 | 2 | 100.00 | 100.00 |" in table({"results": [run]})
+    assert setting("5:0.6") == (5, 0.6)
+    with pytest.raises(Exception, match="expected beam:length_penalty"):
+        setting("5")
 
 
 def test_a_search_run_cut_short_resumes_from_its_last_checkpoint_and_a_new_one_starts_afresh(tmp_path):
