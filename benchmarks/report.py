@@ -315,6 +315,14 @@ def render_recipe_pace(name: str = "recipe-pace-cpu.json") -> str:
     return table(document) + "\n\n" + provenance(document, name) + "\n"
 
 
+def render_decode_search(name: str = "decode-search-cpu.json") -> str:
+    """Validation BLEU of runs' last and averaged weights by beam size and length penalty."""
+    from benchmarks.decode_search import table
+
+    document = load(name)
+    return table(document) + "\n\n" + provenance(document, name) + "\n"
+
+
 def render_published_beside_ours(
     records: tuple[str, ...] = ("wu2021-published-cpu.json",), main_job: str = "quickstart-budget-cpu.json"
 ) -> str:
@@ -444,6 +452,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     ),
     "hour-record": render_hour_record,
     "recipe-pace": render_recipe_pace,
+    "decode-search": render_decode_search,
     "same-run": render_same_run,
     "test-command": render_test_command,
     "random-order": render_random_order,
