@@ -73,13 +73,15 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files with `slow` tests (the ones that start processes) first, each file's tests in their own order.
 
     pytest-xdist hands a free worker the next file in this order (`--dist loadfile --no-loadscope-reorder`): started
     first, the long files end while the many short ones still fill both workers, where xdist's own order (the most
-    tests first) left a long file alone at the end, one core idle. pytest-randomly, where installed and enabled,
-    reorders after this."""
+    tests first) left a long file alone at the end, one core idle. A run in random order (pytest-randomly enabled)
+    keeps its shuffle whole."""
+    if config.pluginmanager.has_plugin("randomly"):
+        return
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keep pytest's order
 
