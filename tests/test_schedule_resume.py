@@ -114,3 +114,42 @@ def test_a_run_resumed_on_another_size_and_back_keeps_its_schedule_and_its_end(t
             compared += 1
     assert compared >= updates_an_epoch  # the whole last epoch at least
     assert resumed.train_state.position.position() == (EPOCHS, 0) and resumed.state.epoch == EPOCHS
+
+
+def test_a_run_resumed_after_its_last_update_makes_no_more(tmp_path):
+    """Resumed from a checkpoint that made all of `max_steps` (a job requeued after its last save, the command run
+    again), the run trains nothing: the checkpoint's weights and step, no checkpoint past the budget, the average made
+    as at the end of training. The library's loop alone makes one more update and saves it (pinned first: the day it
+    stops, `end_of_budget_resume` can go)."""
+    import torch
+
+    from hf_vanilla.loading import load_model
+    from hf_vanilla.training.averaging import checkpoint_folders
+    from hf_vanilla.training.callbacks import CheckpointAveragingCallback, StopOnSigtermCallback
+    from hf_vanilla.training.recipe import train
+
+    def trainer(output_dir, callbacks=(), resume=None):
+        return word_budget_trainer(output_dir, max_tokens=MAX_TOKENS, pairs=PAIRS, callbacks=callbacks, max_steps=4,
+                                   learning_rate=LEARNING_RATE, lr_scheduler_type="constant", save_strategy="steps",
+                                   save_steps=2, resume_from_checkpoint=resume)  # fmt: skip
+
+    trainer(tmp_path / "library").train()
+    library = trainer(tmp_path / "library")
+    library.train(resume_from_checkpoint=True)
+    assert library.state.global_step == 5 and (tmp_path / "library" / "checkpoint-5").is_dir()
+
+    output = tmp_path / "ours"
+    callbacks = [StopOnSigtermCallback(), CheckpointAveragingCallback(last_n=2)]
+    train(trainer(output, callbacks), callbacks, output)
+    (output / "averaged").rename(output / "averaged-at-the-end")
+    callbacks = [StopOnSigtermCallback(), CheckpointAveragingCallback(last_n=2)]
+    resumed = trainer(output, callbacks, resume="last")
+    trained = train(resumed, callbacks, output)
+    assert trained.global_step == resumed.state.global_step == 4
+    assert [folder.name for folder in checkpoint_folders(output)] == ["checkpoint-2", "checkpoint-4"]
+    weights = {
+        name: load_model(output / name).state_dict() for name in ("checkpoint-4", "averaged", "averaged-at-the-end")
+    }
+    torch.testing.assert_close(resumed.model.state_dict(), weights["checkpoint-4"], rtol=0, atol=0)
+    assert callbacks[1].averaged == output / "averaged"
+    torch.testing.assert_close(weights["averaged"], weights["averaged-at-the-end"], rtol=0, atol=0)

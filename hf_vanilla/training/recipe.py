@@ -21,9 +21,11 @@ from transformers import (
     EarlyStoppingCallback,
     PreTrainedTokenizerBase,
     Seq2SeqTrainingArguments,
+    TrainerState,
     set_seed,
 )
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from ..configuration_vanilla import VanillaTransformerConfig
 from ..data import datasets_cache_dir, load_parallel_corpus
@@ -285,12 +287,43 @@ def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransfo
 
 
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
-    """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output."""
+    """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output. A resume
+    from a checkpoint that has made all of `max_steps` trains nothing (`end_of_budget_resume`)."""
+    resume = resume_point(trainer.args.resume_from_checkpoint)
+    finished = budget_spent_at(trainer.args, resume)
+    if finished is not None:
+        return end_of_budget_resume(trainer, callbacks, finished)
     sigterm = next(c for c in callbacks if isinstance(c, StopOnSigtermCallback))
-    trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
+    trained = trainer.train(resume_from_checkpoint=resume)
     if sigterm.stopped_at is not None:
         raise TrainingInterrupted(sigterm.stopped_at, output_dir)
     return trained
+
+
+def budget_spent_at(args: Seq2SeqTrainingArguments, resume: str | bool | None) -> Path | None:
+    """The checkpoint to resume from, where it has already made the run's `max_steps` updates; None otherwise."""
+    if not resume or args.max_steps <= 0:
+        return None
+    checkpoint = get_last_checkpoint(args.output_dir) if resume is True else resume
+    state = Path(checkpoint or "", "trainer_state.json")
+    if not checkpoint or not state.is_file():
+        return None  # the Trainer says what is missing
+    return Path(checkpoint) if TrainerState.load_from_json(str(state)).global_step >= args.max_steps else None
+
+
+def end_of_budget_resume(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, checkpoint: Path) -> TrainOutput:
+    """The end of a run resumed from `checkpoint`, which made every update of the budget (a job requeued after its
+    last save, or the command run again): its weights and state, averaged as at the end of training, and no update.
+    The library's loop checks `max_steps` after an update, so it would make one more and save it, moving the average's
+    window and, under a schedule not yet at zero, the weights."""
+    trainer.model.load_state_dict(load_model(checkpoint).state_dict())
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    trainer.state.is_world_process_zero = trainer.is_world_process_zero()
+    trainer.state.is_local_process_zero = trainer.is_local_process_zero()
+    logger.warning("%s has made all %d updates: nothing to train.", checkpoint, trainer.args.max_steps)
+    for averaging in (c for c in callbacks if isinstance(c, CheckpointAveragingCallback)):
+        averaging.on_train_end(trainer.args, trainer.state, trainer.control)
+    return TrainOutput(trainer.state.global_step, 0.0, {"train_runtime": 0.0})
 
 
 def remove_stale_average(output_dir: Path, is_main_process: bool) -> None:
