@@ -12,7 +12,6 @@ decides nothing here.
 """
 
 import argparse
-import gzip
 import json
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from benchmarks import markdown, record
 from hf_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import BUNDLED_CORPORA
 from hf_vanilla.inference import translate_lines
+from hf_vanilla.text_files import stream_lines
 from hf_vanilla.training.averaging import checkpoint_folders
 
 
@@ -44,9 +44,7 @@ def validation_pairs(data: str, source: str, target: str) -> tuple[list[str], li
     folder, pattern = BUNDLED_CORPORA[data]
 
     def lines(language: str) -> list[str]:
-        path = folder / (pattern.format(split="val", lang=language) + ".gz")
-        with gzip.open(path, "rt", encoding="utf-8") as file:
-            return file.read().splitlines()
+        return list(stream_lines(folder / (pattern.format(split="val", lang=language) + ".gz")))
 
     return lines(source), lines(target)
 
