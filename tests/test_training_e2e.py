@@ -18,6 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla.data import load_parallel_corpus
+from hf_vanilla.pipeline_vanilla import decoding_max_length
 from hf_vanilla.training import TokenBudgetBatchSampler
 
 from .conftest import REMOTE_PIPELINE, free_port, run_without_hf_vanilla
@@ -121,6 +122,41 @@ def test_a_run_in_the_folder_of_an_averaged_run_never_ships_that_average(smoke_r
     scores = json.loads((output / "test_scores.json").read_text())
     assert scores["final_weights"] == "last" and scores["seed"] == 7
     assert not (output / "averaged").exists() and "an earlier run's average" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_run_choosing_its_final_weights_as_the_test_decodes_scores_them_with_the_tests_beam_search(tmp_path):
+    """`--final_choice_decoding test`: the validation scores that choose between the last and the averaged weights
+    are those of the validation split translated with the test's beam and length penalty, recomputed here by
+    generate() on each saved model, in one batch as the run's evaluation translates it. Its chrF tells the searches
+    apart where this short run's BLEU is near 0: greedy search scores another."""
+    output = tmp_path / "run"
+    test_decoding = ["--test_num_beams", "3", "--test_length_penalty", "2.0", "--final_choice_decoding", "test"]
+    shorter = ["--max_steps", "20", "--eval_strategy", "no", "--save_steps", "10"]
+    run([*SMOKE_COMMAND, "--output_dir", str(output), *shorter, *test_decoding])
+    scores = json.loads((output / "test_scores.json").read_text())
+    logged = {row["name"]: float(row["value"]) for row in csv.DictReader((output / "log.csv").open())}
+    corpus = load_parallel_corpus("multi30k", "en", "de", splits=("validation", "test"))
+    sources, references = corpus["validation"]["source"][:40], corpus["validation"]["target"][:40]
+    tokenizer = AutoTokenizer.from_pretrained(output / "final")
+    labels = tokenizer(text_target=references)["input_ids"]
+    references = tokenizer.batch_decode(labels, skip_special_tokens=True)  # as the run's labels decode
+    inputs = tokenizer(sources, return_tensors="pt", padding=True)
+    # the run's generation budget: its longest validation or test source, plus 50 target tokens
+    longest = max(len(ids) for ids in tokenizer([*sources, *corpus["test"]["source"][:40]])["input_ids"])
+    for weights, folder in {"last": output / "checkpoint-20", "averaged": output / "averaged"}.items():
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+
+        def translate(**decoding) -> list[str]:
+            with torch.no_grad():
+                generated = model.generate(**inputs, max_length=decoding_max_length(longest), **decoding)
+            return tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+        beam = translate(num_beams=3, length_penalty=2.0)
+        assert scores[f"validation_bleu_{weights}"] == pytest.approx(sacrebleu.corpus_bleu(beam, [references]).score)
+        assert logged[f"final_{weights}_chrf"] == pytest.approx(sacrebleu.corpus_chrf(beam, [references]).score)
+        greedy = sacrebleu.corpus_chrf(translate(num_beams=1), [references]).score
+        assert greedy != pytest.approx(logged[f"final_{weights}_chrf"])
 
 
 @pytest.mark.slow

@@ -93,6 +93,14 @@ class RecipeArguments:
             "choices": ["better", "averaged"],
         },
     )
+    final_choice_decoding: str = field(
+        default="evaluation",
+        metadata={
+            "help": "how the validation split is translated to choose the final weights: 'evaluation' as the run's "
+            "evaluations (generation_num_beams), 'test' as the test split (test_num_beams, test_length_penalty)",
+            "choices": ["evaluation", "test"],
+        },
+    )
     early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
     max_train_minutes: float | None = field(
         default=None,

@@ -335,23 +335,27 @@ def remove_stale_average(output_dir: Path, is_main_process: bool) -> None:
         shutil.rmtree(stale)
 
 
-def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, averaged: Path | None, rule: str = "better") -> dict:
+def choose_final_weights(
+    trainer: TokenBudgetSeq2SeqTrainer, averaged: Path | None, rule: str = "better", decoding: dict | None = None
+) -> dict:
     """Keep the better of the last weights and the ones this run averaged into `averaged` (on the main process; None
     where it did not average) by validation BLEU (by validation loss where the evaluation does not generate), or the
     averaged ones whatever they score (`rule="averaged"`), said in one line with both scores; returns which and the
-    scores. Never the test split: the choice is part of training. Every rank follows the main process, and gets the
+    scores. Validation is translated with the `decoding` options given (the run's evaluation settings otherwise).
+    Never the test split: the choice is part of training. Every rank follows the main process, and gets the
     averaged weights from it: on nodes that do not share the output folder, only the main process's disk holds them."""
     trainer.accelerator.wait_for_everyone()  # the main process has written the average
     if not broadcast_object_list([averaged is not None])[0]:
         return {"final_weights": "last"}
     metric = "bleu" if trainer.args.predict_with_generate else "loss"
     last = {name: weight.detach().clone() for name, weight in trainer.model.state_dict().items()}
-    scores = {"last": trainer.evaluate(metric_key_prefix="final_last")[f"final_last_{metric}"]}
+    decoding = decoding or {}
+    scores = {"last": trainer.evaluate(metric_key_prefix="final_last", **decoding)[f"final_last_{metric}"]}
     average = load_model(averaged).state_dict() if averaged is not None else {k: v.clone() for k, v in last.items()}
     for weight in average.values():
         broadcast(weight, from_process=0)
     trainer.model.load_state_dict(average)
-    scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged")[f"final_averaged_{metric}"]
+    scores["averaged"] = trainer.evaluate(metric_key_prefix="final_averaged", **decoding)[f"final_averaged_{metric}"]
     averaged_is_better = (
         scores["averaged"] >= scores["last"] if metric == "bleu" else scores["averaged"] <= scores["last"]
     )
@@ -368,16 +372,19 @@ def choose_final_weights(trainer: TokenBudgetSeq2SeqTrainer, averaged: Path | No
     return {"final_weights": chosen, **{f"validation_{metric}_{name}": score for name, score in scores.items()}}
 
 
+def test_decoding(recipe: RecipeArguments) -> dict:
+    """The test split's beam search: its size and its length penalty where one is given (the model's otherwise)."""
+    penalty = {} if recipe.test_length_penalty is None else {"length_penalty": recipe.test_length_penalty}
+    return {"num_beams": recipe.test_num_beams, **penalty}
+
+
 def translate_test_split(trainer: TokenBudgetSeq2SeqTrainer, recipe: RecipeArguments, data: PreparedData):
     """The test split translated with beam search by the final weights (on every rank). `predict_with_generate`
     decides whether the run's evaluations generate, never whether the test is translated: training is over here."""
     trainer.args.predict_with_generate = True
     trainer.compute_metrics = build_compute_metrics(data.tokenizer, recipe_metric(recipe))
     return trainer.predict(
-        data.tokenized.splits["test"],
-        num_beams=recipe.test_num_beams,
-        max_length=trainer.args.generation_max_length,
-        **({} if recipe.test_length_penalty is None else {"length_penalty": recipe.test_length_penalty}),
+        data.tokenized.splits["test"], max_length=trainer.args.generation_max_length, **test_decoding(recipe)
     )
 
 
@@ -430,7 +437,8 @@ def run_training(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgument
     remove_stale_average(output_dir, trainer.is_world_process_zero())
     trained = train(trainer, callbacks, output_dir)
     averaging = next((c for c in callbacks if isinstance(c, CheckpointAveragingCallback)), None)
-    final = choose_final_weights(trainer, averaging and averaging.averaged, recipe.final_weights)
+    decoding = test_decoding(recipe) if recipe.final_choice_decoding == "test" else None
+    final = choose_final_weights(trainer, averaging and averaging.averaged, recipe.final_weights, decoding)
     test = translate_test_split(trainer, recipe, data)
     scores = {
         **test.metrics,
