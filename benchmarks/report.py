@@ -444,6 +444,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "hour-search-vocab": functools.partial(render_budget_search, "hour-search-vocab-cpu.json"),
     "hour-search-arms": functools.partial(render_budget_search, "hour-search-arms-cpu.json"),
     "hour-search-5750": functools.partial(render_budget_search, "hour-search-5750-cpu.json"),
+    "hour-search-batch": functools.partial(render_budget_search, "hour-search-batch-cpu.json"),
     "budget-search-muon": functools.partial(render_budget_search, "budget-search-muon-cpu.json"),
     "budget-search-muon-10min": functools.partial(render_budget_search, "budget-search-muon-10min-cpu.json"),
     "optimizer-step": render_optimizer_step,
