@@ -19,6 +19,11 @@ from .budget import BUDGET_SCHEDULE, budget_schedule_arguments
 logger = logging.getLogger(__name__)
 
 
+def choice(choices: list[str], help: str):
+    """An option that takes one of `choices` (the command line refuses others), the first by default."""
+    return field(default=choices[0], metadata={"help": help, "choices": choices})
+
+
 @dataclass
 class RecipeArguments:
     """What a translation run needs beyond `Seq2SeqTrainingArguments`; every field is a command-line option."""
@@ -85,21 +90,15 @@ class RecipeArguments:
         },
     )
     average_last: int = field(default=0, metadata={"help": "average the last N checkpoints at the end (0: off)"})
-    final_weights: str = field(
-        default="better",
-        metadata={
-            "help": "with --average_last: 'better' keeps the better of the average and the last weights by validation "
-            "BLEU; 'averaged' keeps the average, as fairseq's checkpoint averaging is used",
-            "choices": ["better", "averaged"],
-        },
+    final_weights: str = choice(
+        ["better", "averaged"],
+        "with --average_last: 'better' keeps the better of the average and the last weights by validation BLEU; "
+        "'averaged' keeps the average, as fairseq's checkpoint averaging is used",
     )
-    final_choice_decoding: str = field(
-        default="evaluation",
-        metadata={
-            "help": "how the validation split is translated to choose the final weights: 'evaluation' as the run's "
-            "evaluations (generation_num_beams), 'test' as the test split (test_num_beams, test_length_penalty)",
-            "choices": ["evaluation", "test"],
-        },
+    final_choice_decoding: str = choice(
+        ["evaluation", "test"],
+        "how the validation split is translated to choose the final weights: 'evaluation' as the run's evaluations "
+        "(generation_num_beams), 'test' as the test split (test_num_beams, test_length_penalty)",
     )
     early_stopping_patience: int | None = field(default=None, metadata={"help": "evaluations without BLEU gain"})
     max_train_minutes: float | None = field(
