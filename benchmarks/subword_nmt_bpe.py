@@ -1,20 +1,27 @@
 """A BPE of subword-nmt's kind (Sennrich et al. 2016), the kind Wu et al. 2021 trained on, for the published
-recipe's `--tokenizer`: merges learnt within the words between spaces, each word's last symbol marked `</w>`, by the
-`tokenizers` library's own trainer, a fixed number of merges over both sides of the training split (subword-nmt's
-`learn_joint_bpe_and_vocab.py -s N`, pairs seen at least twice). Saved as a `PreTrainedTokenizerFast` with the
-recipe's special tokens and `</s>` after every sequence, as the recipe's own BPE is (`hf_vanilla.tokenization`).
+recipe's `--tokenizer`: merges learnt by subword-nmt itself (`learn_bpe`, as its `learn_joint_bpe_and_vocab.py -s N`
+learns them over both sides of the training split: within the words between spaces, each word's last symbol marked
+`</w>`, pairs seen at least twice, ties broken by the pair's text), then applied by the `tokenizers` library's BPE
+model in the same order. Saved as a `PreTrainedTokenizerFast` with the recipe's special tokens and `</s>` after every
+sequence, as the recipe's own BPE is (`hf_vanilla.tokenization`).
 
     python -m benchmarks.subword_nmt_bpe --merges 10000 --output runs/subword-nmt-10k
     hf-vanilla train --config configs/multi30k_wu2021.yaml --tokenizer runs/subword-nmt-10k ...
+
+subword-nmt learns, not the `tokenizers` library's `BpeTrainer`, because the trainer breaks ties between pairs of
+equal count in an order that changes from one process to the next (huggingface/tokenizers#1794), so two runs of the
+same command made different BPEs; subword-nmt makes the same one every time.
 
 The recipe trains a byte-level BPE of 10k entries instead (any text, no unknown tokens); docs/training.md compares
 the two on the validation split.
 """
 
 import argparse
+import io
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from subword_nmt.learn_bpe import learn_bpe
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from hf_vanilla.data import BUNDLED_CORPORA, find_split_file
@@ -25,26 +32,41 @@ from hf_vanilla.tokenization import SPECIAL_TOKENS, with_end_of_sequence
 WORD_END = "</w>"
 
 
-def alphabet_size(texts: list[str]) -> int:
-    """The trainer's initial symbols: every character met, and each word-final one again with `</w>`."""
+def word_symbols(texts: list[str]) -> list[str]:
+    """The symbols subword-nmt starts from: every character met, and each word-final one again with `</w>`."""
     words = {word for text in texts for word in text.split()}
-    return len({character for word in words for character in word}) + len({word[-1] for word in words})
+    return sorted({character for word in words for character in word} | {word[-1] + WORD_END for word in words})
+
+
+def alphabet_size(texts: list[str]) -> int:
+    return len(word_symbols(texts))
+
+
+def learn_merges(texts: list[str], merges: int) -> list[tuple[str, str]]:
+    """The first `merges` merges subword-nmt learns over `texts` (fewer where no pair is seen twice any more)."""
+    codes = io.StringIO()
+    learn_bpe(texts, codes, merges, min_frequency=2)
+    lines = codes.getvalue().splitlines()[1:]  # the first line is the codes' version header
+    return [tuple(line.split(" ")) for line in lines]
 
 
 def train_subword_nmt_bpe(texts: list[str], merges: int) -> PreTrainedTokenizerFast:
     """`merges` merges learnt over `texts`, as subword-nmt learns them (characters never met are `<unk>`)."""
-    special = list(SPECIAL_TOKENS.values())
-    tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"], end_of_word_suffix=WORD_END))
+    learnt = learn_merges(texts, merges)
+    # Two merges may make the same symbol ("ab" + "c" and "a" + "bc"): it is one entry.
+    entries = dict.fromkeys(
+        [*SPECIAL_TOKENS.values(), *word_symbols(texts), *(left + right for left, right in learnt)]
+    )
+    model = models.BPE(
+        vocab={entry: index for index, entry in enumerate(entries)},
+        merges=learnt,
+        unk_token=SPECIAL_TOKENS["unk_token"],
+        end_of_word_suffix=WORD_END,
+    )
+    tokenizer = Tokenizer(model)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS.values()))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.BPEDecoder(suffix=WORD_END)
-    trainer = trainers.BpeTrainer(
-        vocab_size=len(special) + alphabet_size(texts) + merges,
-        min_frequency=2,
-        special_tokens=special,
-        end_of_word_suffix=WORD_END,
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
     return with_end_of_sequence(tokenizer)
 
 

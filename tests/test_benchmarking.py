@@ -1,5 +1,6 @@
 """The benchmark compares like with like: the same function, the same tokens, and a memory figure that is real."""
 
+import io
 import subprocess
 import sys
 from itertools import islice
@@ -131,6 +132,51 @@ def test_the_subword_nmt_bpe_makes_exactly_the_merges_asked_within_words(tmp_pat
     assert tokenizer.tokenize("e") == ["<unk>"]
     ids = tokenizer("ab cd ca")["input_ids"]
     assert ids[-1] == tokenizer.eos_token_id and tokenizer.decode(ids, skip_special_tokens=True) == "ab cd ca"
+
+
+BPE_OF_3000_LINES = """
+import sys
+from itertools import islice
+from benchmarks.subword_nmt_bpe import train_subword_nmt_bpe
+from tests.test_benchmarking import first_tokenised_lines
+train_subword_nmt_bpe(first_tokenised_lines("train", 3000), merges=600).save_pretrained(sys.argv[1])
+"""
+
+
+def first_tokenised_lines(split: str, count: int) -> list[str]:
+    """The first `count` lines of each side of a split of the paper's tokenised Multi30k files."""
+    from hf_vanilla.data import BUNDLED_CORPORA, find_split_file
+
+    folder, pattern = BUNDLED_CORPORA["multi30k-tok"]
+    return [
+        line
+        for side in ("en", "de")
+        for line in islice(stream_lines(find_split_file(folder, split, side, pattern)), count)
+    ]
+
+
+def test_the_subword_nmt_bpe_is_the_same_from_one_process_to_the_next_and_segments_as_subword_nmt(tmp_path):
+    """Two processes (each hashes with its own random seed) make the same files, and the tokenizer splits words as
+    subword-nmt's own apply_bpe does with the same merges, on lines it did not learn from."""
+    from subword_nmt.apply_bpe import BPE
+    from transformers import AutoTokenizer
+
+    from benchmarks.subword_nmt_bpe import learn_merges
+
+    folders = [tmp_path / "first", tmp_path / "second"]
+    for folder in folders:
+        subprocess.run(
+            [sys.executable, "-c", BPE_OF_3000_LINES, str(folder)], cwd=Path(__file__).parents[1], check=True
+        )
+    assert (folders[0] / "tokenizer.json").read_bytes() == (folders[1] / "tokenizer.json").read_bytes()
+
+    merges = learn_merges(first_tokenised_lines("train", 3000), 600)
+    codes = "#version: 0.2\n" + "".join(f"{left} {right}\n" for left, right in merges)
+    reference = BPE(io.StringIO(codes), separator="@@")
+    tokenizer = AutoTokenizer.from_pretrained(folders[0])
+    for line in first_tokenised_lines("val", 200):
+        pieces = reference.process_line(line).split()
+        assert tokenizer.tokenize(line) == [p.removesuffix("@@") if p.endswith("@@") else p + "</w>" for p in pieces]
 
 
 def test_a_search_arm_spelt_out_changes_recipe_options_and_the_recipes_own_model_preset(tmp_path):
