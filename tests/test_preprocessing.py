@@ -143,6 +143,40 @@ def test_bpe_learns_from_a_sample_once_and_later_runs_reuse_it(corpus, tmp_path,
     assert second.backend_tokenizer.to_str() == first.backend_tokenizer.to_str()
 
 
+def test_a_resume_takes_the_checkpoints_tokenizer_and_refuses_another_naming_both(small_tokenizer, tmp_path):
+    """The checkpoint's ids are its tokenizer's: resumed, a run reads the tokenizer from the checkpoint (not the BPE it
+    would learn), accepts a --tokenizer that is the same one saved elsewhere, and refuses another,
+    naming both folders and the fix. A fresh start takes any --tokenizer."""
+    from hf_vanilla.tokenization import train_bpe_tokenizer
+    from hf_vanilla.training.arguments import parse_arguments
+    from hf_vanilla.training.callbacks import StartupClock
+    from hf_vanilla.training.preprocessing import tokenizer_identity
+    from hf_vanilla.training.recipe import prepare_data
+
+    output = tmp_path / "run"
+    for folder in (output / "checkpoint-2", tmp_path / "same"):
+        small_tokenizer.save_pretrained(folder)
+    train_bpe_tokenizer(["ein hund läuft", "zwei männer sitzen"] * 50, 300, show_progress=False).save_pretrained(
+        tmp_path / "other"
+    )
+
+    def prepared_tokenizer(*options: str):
+        recipe, training_args = parse_arguments(
+            ["--data", "multi30k", "--max_train_examples", "200", "--max_eval_examples", "20", "--max_test_examples",
+             "20", "--output_dir", str(output), "--data_cache_dir", str(tmp_path / "cache"), *options]
+        )  # fmt: skip
+        return prepare_data(recipe, training_args, output, StartupClock(0)).tokenizer
+
+    expected = tokenizer_identity(small_tokenizer)
+    assert tokenizer_identity(prepared_tokenizer("--resume_from_checkpoint", "last")) == expected
+    same = prepared_tokenizer("--resume_from_checkpoint", "last", "--tokenizer", str(tmp_path / "same"))
+    assert tokenizer_identity(same) == expected
+    with pytest.raises(ValueError, match="--tokenizer .*other is not the tokenizer this run was trained with") as err:
+        prepared_tokenizer("--resume_from_checkpoint", "last", "--tokenizer", str(tmp_path / "other"))
+    assert f"Resume with --tokenizer {output / 'checkpoint-2'}," in str(err.value)
+    assert len(prepared_tokenizer("--tokenizer", str(tmp_path / "other"))) != len(small_tokenizer)
+
+
 # Token-budget batches
 
 

@@ -83,15 +83,12 @@ def prepare_tokenizer(
     output_dir: Path,
     cache_dir: Path,
     tokenizer_path: str | None = None,
-    resuming: bool = False,
     is_main_process: bool = True,
 ) -> PreTrainedTokenizerBase:
-    """The tokenizer at `tokenizer_path`; when resuming, the run's own; else the joint BPE of `vocab_size` learnt from
-    a `sample` of the training split, from the cache or trained into it. Saved to `<output_dir>/tokenizer`."""
+    """The tokenizer at `tokenizer_path`; else the joint BPE of `vocab_size` learnt from a `sample` of the training
+    split, from the cache or trained into it, then saved to `<output_dir>/tokenizer`."""
     if tokenizer_path:
         return AutoTokenizer.from_pretrained(tokenizer_path)
-    if resuming and (output_dir / "tokenizer").is_dir():  # the checkpoints' ids come from this one
-        return AutoTokenizer.from_pretrained(output_dir / "tokenizer")
     key = cache_key(format=CACHE_FORMAT, corpus=dataset_identity(train), vocab_size=vocab_size, sample=sample)
     folder = cache_dir / "tokenizers" / key
     with entry_lock(cache_dir, "tokenizers", key) as claim:

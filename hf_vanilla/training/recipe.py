@@ -17,6 +17,7 @@ from pathlib import Path
 
 from accelerate.utils import broadcast, broadcast_object_list
 from transformers import (
+    AutoTokenizer,
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
     PreTrainedTokenizerBase,
@@ -44,7 +45,7 @@ from .callbacks import (
     TimeBudgetProgressCallback,
 )
 from .metrics import TranslationMetric, build_compute_metrics, decode_padded
-from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus
+from .preprocessing import TokenizedCorpus, default_cache_dir, prepare_tokenizer, tokenize_corpus, tokenizer_identity
 from .report import card_hyperparameters, hardware_description, write_test_report
 from .trainer import TokenBudgetSeq2SeqTrainer
 
@@ -121,16 +122,19 @@ def prepare_data(
             data_files=recipe.data_files(),
         )
         clock.lap(f"reading {len(corpus['train'])} training pairs")
-        tokenizer = prepare_tokenizer(
-            corpus["train"],
-            recipe.vocab_size,
-            recipe.tokenizer_sample,
-            output_dir,
-            cache_dir,
-            tokenizer_path=recipe.tokenizer,
-            resuming=bool(training_args.resume_from_checkpoint),
-            is_main_process=training_args.process_index == 0,
-        )
+        trained_with = tokenizer_trained_with(resumed_checkpoint(training_args), output_dir)
+        if trained_with is not None:  # the checkpoints' ids are its tokenizer's
+            tokenizer = resumed_tokenizer(trained_with, recipe.tokenizer)
+        else:
+            tokenizer = prepare_tokenizer(
+                corpus["train"],
+                recipe.vocab_size,
+                recipe.tokenizer_sample,
+                output_dir,
+                cache_dir,
+                tokenizer_path=recipe.tokenizer,
+                is_main_process=training_args.process_index == 0,
+            )
         clock.lap("tokenizer")
         tokenized = tokenize_corpus(
             corpus,
@@ -144,6 +148,27 @@ def prepare_data(
     # Only the tokenized training split is read from here on.
     evaluation_splits = {split: pairs for split, pairs in corpus.items() if split != "train"}
     return PreparedData(type(corpus)(evaluation_splits), tokenizer, tokenized)
+
+
+def tokenizer_trained_with(checkpoint: Path | None, output_dir: Path) -> Path | None:
+    """Where the tokenizer of a run resumed from `checkpoint` is: in the checkpoint, as the Trainer saves it, or else
+    where the run saved the BPE it learnt (`<output_dir>/tokenizer`). None when not resuming."""
+    folders = (checkpoint, output_dir / "tokenizer") if checkpoint is not None else ()
+    return next((folder for folder in folders if (folder / "tokenizer_config.json").is_file()), None)
+
+
+def resumed_tokenizer(trained_with: Path, tokenizer_path: str | None) -> PreTrainedTokenizerBase:
+    """The tokenizer in `trained_with`. A `tokenizer_path` given as well must hold the same one: with another, the
+    checkpoint's embeddings would be read for other tokens, and the run would train and score on without a sign."""
+    tokenizer = AutoTokenizer.from_pretrained(trained_with)
+    given = AutoTokenizer.from_pretrained(tokenizer_path) if tokenizer_path else tokenizer
+    if tokenizer_identity(given) != tokenizer_identity(tokenizer):
+        raise ValueError(
+            f"--tokenizer {tokenizer_path} is not the tokenizer this run was trained with ({trained_with}): the "
+            f"checkpoint's ids would mean other tokens. Resume with --tokenizer {trained_with}, or train from the "
+            "start into another --output_dir."
+        )
+    return tokenizer
 
 
 # What launchers tell each process of the number on its node: torchrun (and Accelerate's CPU launcher), Open MPI,
@@ -289,26 +314,31 @@ def suggest_bf16(training_args: Seq2SeqTrainingArguments, config: VanillaTransfo
 def train(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, output_dir: Path):
     """Train (resuming if asked); raise `TrainingInterrupted` after a SIGTERM stop; returns the train output. A resume
     from a checkpoint that has made all of `max_steps` trains nothing (`end_of_budget_resume`)."""
-    resume = resume_point(trainer.args.resume_from_checkpoint)
-    finished = budget_spent_at(trainer.args, resume)
+    finished = budget_spent_at(trainer.args)
     if finished is not None:
         return end_of_budget_resume(trainer, callbacks, finished)
     sigterm = next(c for c in callbacks if isinstance(c, StopOnSigtermCallback))
-    trained = trainer.train(resume_from_checkpoint=resume)
+    trained = trainer.train(resume_from_checkpoint=resume_point(trainer.args.resume_from_checkpoint))
     if sigterm.stopped_at is not None:
         raise TrainingInterrupted(sigterm.stopped_at, output_dir)
     return trained
 
 
-def budget_spent_at(args: Seq2SeqTrainingArguments, resume: str | bool | None) -> Path | None:
-    """The checkpoint to resume from, where it has already made the run's `max_steps` updates; None otherwise."""
-    if not resume or args.max_steps <= 0:
-        return None
+def resumed_checkpoint(args: Seq2SeqTrainingArguments) -> Path | None:
+    """The checkpoint `--resume_from_checkpoint` names (`last`: the newest in the output directory); None when the run
+    starts from scratch or there is none."""
+    resume = resume_point(args.resume_from_checkpoint)
     checkpoint = get_last_checkpoint(args.output_dir) if resume is True else resume
-    state = Path(checkpoint or "", "trainer_state.json")
-    if not checkpoint or not state.is_file():
+    return Path(checkpoint) if checkpoint else None
+
+
+def budget_spent_at(args: Seq2SeqTrainingArguments) -> Path | None:
+    """The checkpoint to resume from, where it has already made the run's `max_steps` updates; None otherwise."""
+    checkpoint = resumed_checkpoint(args)
+    if checkpoint is None or args.max_steps <= 0 or not (checkpoint / "trainer_state.json").is_file():
         return None  # the Trainer says what is missing
-    return Path(checkpoint) if TrainerState.load_from_json(str(state)).global_step >= args.max_steps else None
+    state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    return checkpoint if state.global_step >= args.max_steps else None
 
 
 def end_of_budget_resume(trainer: TokenBudgetSeq2SeqTrainer, callbacks: list, checkpoint: Path) -> TrainOutput:
