@@ -136,7 +136,6 @@ def test_the_subword_nmt_bpe_makes_exactly_the_merges_asked_within_words(tmp_pat
 
 BPE_OF_3000_LINES = """
 import sys
-from itertools import islice
 from benchmarks.subword_nmt_bpe import train_subword_nmt_bpe
 from tests.test_benchmarking import first_tokenised_lines
 train_subword_nmt_bpe(first_tokenised_lines("train", 3000), merges=600).save_pretrained(sys.argv[1])
