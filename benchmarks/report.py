@@ -445,6 +445,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "hour-search-arms": functools.partial(render_budget_search, "hour-search-arms-cpu.json"),
     "hour-search-5750": functools.partial(render_budget_search, "hour-search-5750-cpu.json"),
     "hour-search-batch": functools.partial(render_budget_search, "hour-search-batch-cpu.json"),
+    "hour-search-ffn-ls": functools.partial(render_budget_search, "hour-search-ffn-ls-cpu.json"),
     "budget-search-muon": functools.partial(render_budget_search, "budget-search-muon-cpu.json"),
     "budget-search-muon-10min": functools.partial(render_budget_search, "budget-search-muon-10min-cpu.json"),
     "optimizer-step": render_optimizer_step,
