@@ -38,10 +38,6 @@ def word_symbols(texts: list[str]) -> list[str]:
     return sorted({character for word in words for character in word} | {word[-1] + WORD_END for word in words})
 
 
-def alphabet_size(texts: list[str]) -> int:
-    return len(word_symbols(texts))
-
-
 def learn_merges(texts: list[str], merges: int) -> list[tuple[str, str]]:
     """The first `merges` merges subword-nmt learns over `texts` (fewer where no pair is seen twice any more)."""
     codes = io.StringIO()
